@@ -1,0 +1,1 @@
+"""retrieval_zoo: hybrid lexical + semantic first-stage retrievers."""
