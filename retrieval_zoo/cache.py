@@ -1,0 +1,67 @@
+"""Content-addressed, atomically written artifacts.
+
+Expensive artifacts (BM25 indexes, runs, encoded corpora) live under a cache directory, in a folder named by a
+hash of everything they depend on. They are written to a temporary sibling and renamed into place, so a crash
+never leaves a partial artifact that a later run would trust.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+
+def fingerprint(*parts: object) -> str:
+    """A short stable hash of JSON-serialisable parts (strings, numbers, dicts, lists)."""
+    blob = json.dumps(parts, sort_keys=True, default=str).encode()
+    return hashlib.sha256(blob).hexdigest()[:16]
+
+
+def file_digest(path: str | Path) -> str:
+    """SHA-256 of a file's bytes."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def cache_root() -> Path:
+    """Where artifacts are cached: ``$RETRIEVAL_ZOO_CACHE`` or ``~/.cache/retrieval_zoo``."""
+    return Path(os.environ.get("RETRIEVAL_ZOO_CACHE", Path.home() / ".cache" / "retrieval_zoo"))
+
+
+@contextmanager
+def atomic_path(path: str | Path) -> Iterator[Path]:
+    """Yield a temporary path next to ``path``; on success rename it over ``path`` (file or directory).
+
+    The temporary keeps the target's suffixes, so writers that look at the name (``.gz``) behave the same.
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix="".join(path.suffixes), dir=path.parent)
+    os.close(fd)
+    os.unlink(tmp_name)
+    tmp = Path(tmp_name)
+    try:
+        yield tmp
+        if path.is_dir():
+            shutil.rmtree(path)
+        os.replace(tmp, path)
+    finally:
+        if tmp.is_dir():
+            shutil.rmtree(tmp, ignore_errors=True)
+        elif tmp.exists():
+            tmp.unlink()
+
+
+def write_json(path: str | Path, data: object) -> None:
+    """Write JSON atomically."""
+    with atomic_path(path) as tmp:
+        tmp.write_text(json.dumps(data, indent=2, sort_keys=True, default=str) + "\n")

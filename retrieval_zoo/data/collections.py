@@ -1,0 +1,124 @@
+"""Collections: a corpus, queries and qrels per split, loaded from MS MARCO TSV or BEIR JSONL and validated.
+
+Dataset configs (``conf/dataset/*.yaml``) instantiate one of the loaders below. Each collection carries a content
+fingerprint, so every artifact derived from it (BM25 index, runs, encodings) is cached under its content.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from functools import cached_property
+from importlib import resources
+from pathlib import Path
+
+from retrieval_zoo.cache import file_digest, fingerprint
+from retrieval_zoo.data.formats import FormatError, Qrels, open_text, read_beir_jsonl, read_id_text_tsv, read_qrels
+
+EMBEDDED_ROOT = Path(str(resources.files("retrieval_zoo") / "embedded"))
+
+
+@dataclass
+class Collection:
+    """A validated retrieval collection.
+
+    Attributes:
+        name: Short name used in run tags and logs.
+        corpus: docid → text.
+        queries: split → (qid → text).
+        qrels: split → qrels; only judged queries of a split are evaluated or trained on.
+        files: The files it was read from, whose content defines :attr:`fingerprint`.
+    """
+
+    name: str
+    corpus: dict[str, str]
+    queries: dict[str, dict[str, str]]
+    qrels: dict[str, Qrels]
+    files: list[Path] = field(default_factory=list)
+
+    @cached_property
+    def corpus_fingerprint(self) -> str:
+        """Hash of the corpus file(s) only: keys artifacts that depend on documents, such as the BM25 index."""
+        corpus_files = [p for p in self.files if "collection" in p.name or "corpus" in p.name]
+        return fingerprint([file_digest(p) for p in corpus_files])
+
+    @cached_property
+    def fingerprint(self) -> str:
+        """Hash of every file's content."""
+        return fingerprint([file_digest(p) for p in self.files])
+
+    def judged_queries(self, split: str) -> dict[str, str]:
+        """Queries of ``split`` that have at least one relevant document, in qid order of the qrels."""
+        if split not in self.qrels:
+            raise KeyError(f"collection {self.name!r} has no qrels for split {split!r}; has {sorted(self.qrels)}")
+        queries = self.queries[split]
+        return {qid: queries[qid] for qid, judged in self.qrels[split].items() if any(r > 0 for r in judged.values())}
+
+
+def _check_qrels(path: Path, qrels: Qrels, queries: dict[str, str], corpus: dict[str, str]) -> None:
+    """Fail on a qrels line whose query or document id is unknown, naming its line."""
+    for qid, judged in qrels.items():
+        unknown_doc = next((d for d in judged if d not in corpus), None)
+        if qid in queries and unknown_doc is None:
+            continue
+        bad, what = (qid, "query") if qid not in queries else (unknown_doc, "document")
+        lineno = _find_line(path, qid, bad)
+        raise FormatError(path, lineno, f"unknown {what} id {bad!r}")
+
+
+def _find_line(path: Path, qid: str, token: str | None) -> int | None:
+    with open_text(path) as f:
+        for lineno, line in enumerate(f, start=1):
+            fields = line.split()
+            if fields and fields[0] == qid and token in fields:
+                return lineno
+    return None
+
+
+def msmarco_tsv(
+    name: str, root: str, collection: str, queries: dict[str, str], qrels: dict[str, str]
+) -> Collection:
+    """Load a collection in MS MARCO's TSV layout.
+
+    Args:
+        name: Collection name.
+        root: Directory holding the files.
+        collection: ``pid<TAB>text`` file name, relative to ``root``.
+        queries: split → ``qid<TAB>text`` file name.
+        qrels: split → TREC qrels file name (``qid 0 pid rel``).
+    """
+    base = Path(root).expanduser()
+    if not base.is_dir():
+        raise FileNotFoundError(f"dataset {name!r}: directory {base} does not exist (set dataset.root=...)")
+    corpus = read_id_text_tsv(base / collection, "document")
+    split_queries = {split: read_id_text_tsv(base / f, "query") for split, f in queries.items()}
+    split_qrels = {}
+    for split, f in qrels.items():
+        split_qrels[split] = read_qrels(base / f)
+        _check_qrels(base / f, split_qrels[split], split_queries.get(split, {}), corpus)
+    files = [base / collection, *(base / f for f in queries.values()), *(base / f for f in qrels.values())]
+    return Collection(name, corpus, split_queries, split_qrels, files)
+
+
+def embedded(variant: str = "default") -> Collection:
+    """The embedded ``debian_descriptions`` collection (``default`` ≈ 10k documents, or ``full`` ≈ 59k)."""
+    files = {split: f"queries.{split}.tsv.gz" for split in ("train", "dev")}
+    qrels = {split: f"qrels.{split}.tsv.gz" for split in ("train", "dev")}
+    root = EMBEDDED_ROOT / "debian_descriptions" / variant
+    return msmarco_tsv(f"debian_descriptions-{variant}", str(root), "collection.tsv.gz", files, qrels)
+
+
+def beir(name: str, root: str, splits: list[str]) -> Collection:
+    """Load a BEIR dataset directory: ``corpus.jsonl``, ``queries.jsonl`` and ``qrels/<split>.tsv``."""
+    base = Path(root).expanduser()
+    if not base.is_dir():
+        raise FileNotFoundError(f"dataset {name!r}: directory {base} does not exist (set dataset.root=...)")
+    corpus = read_beir_jsonl(base / "corpus.jsonl", "document")
+    all_queries = read_beir_jsonl(base / "queries.jsonl", "query")
+    split_qrels, split_queries = {}, {}
+    for split in splits:
+        path = base / "qrels" / f"{split}.tsv"
+        split_qrels[split] = read_qrels(path)
+        _check_qrels(path, split_qrels[split], all_queries, corpus)
+        split_queries[split] = {q: all_queries[q] for q in split_qrels[split]}
+    files = [base / "corpus.jsonl", base / "queries.jsonl", *(base / "qrels" / f"{s}.tsv" for s in splits)]
+    return Collection(name, corpus, split_queries, split_qrels, files)
