@@ -27,6 +27,8 @@ class Collection:
         queries: split → (qid → text).
         qrels: split → qrels; only judged queries of a split are evaluated or trained on.
         files: The files it was read from, whose content defines :attr:`fingerprint`.
+        train_split: The split training queries come from.
+        eval_split: The split evaluation reports by default (MS MARCO: dev-small).
     """
 
     name: str
@@ -34,6 +36,8 @@ class Collection:
     queries: dict[str, dict[str, str]]
     qrels: dict[str, Qrels]
     files: list[Path] = field(default_factory=list)
+    train_split: str = "train"
+    eval_split: str = "dev"
 
     @cached_property
     def corpus_fingerprint(self) -> str:
@@ -75,7 +79,13 @@ def _find_line(path: Path, qid: str, token: str | None) -> int | None:
 
 
 def msmarco_tsv(
-    name: str, root: str, collection: str, queries: dict[str, str], qrels: dict[str, str]
+    name: str,
+    root: str,
+    collection: str,
+    queries: dict[str, str],
+    qrels: dict[str, str],
+    train_split: str = "train",
+    eval_split: str = "dev",
 ) -> Collection:
     """Load a collection in MS MARCO's TSV layout.
 
@@ -85,6 +95,8 @@ def msmarco_tsv(
         collection: ``pid<TAB>text`` file name, relative to ``root``.
         queries: split → ``qid<TAB>text`` file name.
         qrels: split → TREC qrels file name (``qid 0 pid rel``).
+        train_split: Split of the training queries.
+        eval_split: Split evaluated by default.
     """
     base = Path(root).expanduser()
     if not base.is_dir():
@@ -96,7 +108,7 @@ def msmarco_tsv(
         split_qrels[split] = read_qrels(base / f)
         _check_qrels(base / f, split_qrels[split], split_queries.get(split, {}), corpus)
     files = [base / collection, *(base / f for f in queries.values()), *(base / f for f in qrels.values())]
-    return Collection(name, corpus, split_queries, split_qrels, files)
+    return Collection(name, corpus, split_queries, split_qrels, files, train_split, eval_split)
 
 
 def embedded(variant: str = "default") -> Collection:
@@ -107,8 +119,16 @@ def embedded(variant: str = "default") -> Collection:
     return msmarco_tsv(f"debian_descriptions-{variant}", str(root), "collection.tsv.gz", files, qrels)
 
 
-def beir(name: str, root: str, splits: list[str]) -> Collection:
-    """Load a BEIR dataset directory: ``corpus.jsonl``, ``queries.jsonl`` and ``qrels/<split>.tsv``."""
+def beir(name: str, root: str, splits: list[str], train_split: str = "train", eval_split: str = "test") -> Collection:
+    """Load a BEIR dataset directory: ``corpus.jsonl``, ``queries.jsonl`` and ``qrels/<split>.tsv``.
+
+    Args:
+        name: Collection name.
+        root: The dataset directory.
+        splits: Qrels files to load (``test``, ``dev``, ``train``).
+        train_split: Split of the training queries (most BEIR sets have none: evaluate only).
+        eval_split: Split evaluated by default.
+    """
     base = Path(root).expanduser()
     if not base.is_dir():
         raise FileNotFoundError(f"dataset {name!r}: directory {base} does not exist (set dataset.root=...)")
@@ -121,4 +141,4 @@ def beir(name: str, root: str, splits: list[str]) -> Collection:
         _check_qrels(path, split_qrels[split], all_queries, corpus)
         split_queries[split] = {q: all_queries[q] for q in split_qrels[split]}
     files = [base / "corpus.jsonl", base / "queries.jsonl", *(base / "qrels" / f"{s}.tsv" for s in splits)]
-    return Collection(name, corpus, split_queries, split_qrels, files)
+    return Collection(name, corpus, split_queries, split_qrels, files, train_split, eval_split)

@@ -1,0 +1,192 @@
+"""The one DataModule every method trains on: groups of (query, positive, n negatives) over any collection.
+
+Optional batch fields are filled only when the method declares it needs them (``method.needs``):
+``bm25_scores`` (BM25 of every pair of the group), ``bm25_vectors`` (BM25 term weights of documents and IDF of
+queries) and ``teacher_scores`` (from a run file, for distillation). All BM25 work through Java happens in
+:meth:`TriplesDataModule.setup`, in the main process, before any DataLoader worker starts.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import lightning as L
+import torch
+from torch.utils.data import DataLoader, Dataset
+
+from retrieval_zoo.data.collections import Collection
+from retrieval_zoo.data.formats import read_run
+from retrieval_zoo.data.lookups import PairTable, precompute_fields
+from retrieval_zoo.data.negatives import GroupSampling, ShardedEpochSampler, negative_pool
+from retrieval_zoo.lexical.bm25 import BM25
+
+FIELDS = frozenset({"bm25_scores", "bm25_vectors", "teacher_scores"})
+
+
+@dataclass
+class TrainBatch:
+    """One training step's groups. B queries, G = 1 + n documents per query (column 0 is the positive).
+
+    Attributes:
+        qids: (B,) query ids.
+        queries: (B,) query texts.
+        docids: (B, G) document ids.
+        docs: (B·G,) document texts, row-major.
+        bm25_scores: (B, G) BM25(q, d), when the method needs it.
+        bm25_query_vectors: (B,) term → IDF, when the method needs BM25 vectors.
+        bm25_doc_vectors: (B·G,) term → BM25 weight, when the method needs BM25 vectors.
+        teacher_scores: (B, G) teacher scores, when the method distils.
+    """
+
+    qids: list[str]
+    queries: list[str]
+    docids: list[list[str]]
+    docs: list[str]
+    bm25_scores: torch.Tensor | None = None
+    bm25_query_vectors: list[dict[str, float]] | None = None
+    bm25_doc_vectors: list[dict[str, float]] | None = None
+    teacher_scores: torch.Tensor | None = None
+
+
+class GroupDataset(Dataset):
+    """Map-style dataset indexed by (query index, epoch), as yielded by :class:`ShardedEpochSampler`."""
+
+    def __init__(self, qids: list[str], sampling: GroupSampling) -> None:
+        self.qids, self.sampling = qids, sampling
+
+    def __len__(self) -> int:
+        return len(self.qids)
+
+    def __getitem__(self, item: tuple[int, int]) -> tuple[str, list[str]]:
+        index, epoch = item
+        qid = self.qids[index]
+        return qid, self.sampling.group(qid, epoch)
+
+
+class TriplesDataModule(L.LightningDataModule):
+    """Training groups and validation queries for any method.
+
+    Args:
+        collection: The collection (train split for training, ``val_split`` for validation).
+        bm25: BM25 over the collection, for the negative pool and the BM25 fields.
+        batch_size: Global number of queries per optimizer step; must divide by the world size.
+        n_negatives: Negatives per query.
+        negatives_run: A TREC run file to draw negatives from; None = BM25's top ``negative_depth``.
+        negative_depth: Depth of the pool taken from the run.
+        random_negatives: Draw negatives uniformly from the corpus (ablation).
+        teacher_run: A run file with teacher scores for every sampled pair (needed for ``teacher_scores``).
+        needs: Batch fields the method needs (a subset of :data:`FIELDS`).
+        seed: Seed of the per-(qid, epoch) sampling.
+        epochs: Epochs whose groups are precomputed for random negatives' BM25 scores (None: trainer's max).
+        val_split: Split of the validation queries.
+        val_queries: Validation queries, a fixed subset of the judged ones (None = all).
+        num_workers: DataLoader workers; they start with ``spawn`` so no worker inherits the JVM.
+    """
+
+    def __init__(
+        self,
+        collection: Collection,
+        bm25: BM25,
+        batch_size: int = 32,
+        n_negatives: int = 1,
+        negatives_run: str | None = None,
+        negative_depth: int = 100,
+        random_negatives: bool = False,
+        teacher_run: str | None = None,
+        needs: frozenset[str] | list[str] = frozenset(),
+        seed: int = 13,
+        epochs: int | None = None,
+        val_split: str = "dev",
+        val_queries: int | None = 200,
+        num_workers: int = 0,
+    ) -> None:
+        super().__init__()
+        unknown = set(needs) - FIELDS
+        if unknown:
+            raise ValueError(f"unknown batch fields {sorted(unknown)}; known: {sorted(FIELDS)}")
+        if "teacher_scores" in needs and not teacher_run:
+            raise ValueError("the method distils (needs teacher_scores) but data.teacher_run is not set")
+        self.collection, self.bm25, self.needs = collection, bm25, frozenset(needs)
+        self.batch_size, self.n_negatives, self.seed, self.epochs = batch_size, n_negatives, seed, epochs
+        self.negatives_run, self.negative_depth, self.random_negatives = negatives_run, negative_depth, random_negatives
+        self.teacher_run, self.val_split, self.val_queries = teacher_run, val_split, val_queries
+        self.num_workers = num_workers
+        self.sampling: GroupSampling | None = None
+
+    def setup(self, stage: str | None = None) -> None:
+        """Build the pool and sampling, and precompute every Java-backed field, in the main process."""
+        if self.sampling is not None:
+            return
+        qrels = self.collection.qrels[self.collection.train_split]
+        queries = self.collection.judged_queries(self.collection.train_split)
+        self.train_qids = sorted(queries)
+        if self.negatives_run:
+            run = read_run(self.negatives_run)
+        else:
+            run = self.bm25.search(queries, self.negative_depth)
+        positives = {q: sorted(d for d, g in qrels[q].items() if g > 0) for q in self.train_qids}
+        self.sampling = GroupSampling(
+            positives=positives,
+            pool=negative_pool(run, qrels, self.negative_depth),
+            corpus_ids=list(self.collection.corpus),
+            n_negatives=self.n_negatives,
+            seed=self.seed,
+            random_negatives=self.random_negatives,
+        )
+        epochs = self.epochs or (self.trainer.max_epochs if self.trainer and self.trainer.max_epochs else 1)
+        self.tables = precompute_fields(
+            self.needs, self.bm25, queries, self.sampling, self.train_qids, epochs,
+            None if self.negatives_run else run,
+            read_run(self.teacher_run) if self.teacher_run else None,
+        )  # fmt: skip
+        val_queries = self.collection.judged_queries(self.val_split)
+        self.val_qids = sorted(val_queries)[: self.val_queries] if self.val_queries else sorted(val_queries)
+
+    def _world(self) -> tuple[int, int]:
+        trainer = self.trainer
+        return (trainer.global_rank, trainer.world_size) if trainer is not None else (0, 1)
+
+    def train_dataloader(self) -> DataLoader:
+        """Per-rank groups: ``batch_size / world_size`` queries each, from a distinct shard."""
+        rank, world = self._world()
+        if self.batch_size % world:
+            raise ValueError(f"data.batch_size={self.batch_size} does not divide by the world size {world}")
+        sampler = ShardedEpochSampler(len(self.train_qids), self.seed, rank, world)
+        return DataLoader(
+            GroupDataset(self.train_qids, self.sampling),
+            batch_size=self.batch_size // world,
+            sampler=sampler,
+            drop_last=True,
+            collate_fn=self.collate,
+            num_workers=self.num_workers,
+            multiprocessing_context="spawn" if self.num_workers else None,
+            persistent_workers=self.num_workers > 0,
+        )
+
+    def val_dataloader(self) -> DataLoader:
+        """Batches of validation query ids; the method retrieves for them over the whole corpus."""
+        return DataLoader(self.val_qids, batch_size=256, collate_fn=list)
+
+    def collate(self, items: list[tuple[str, list[str]]]) -> TrainBatch:
+        """Turn (qid, group) items into a :class:`TrainBatch`, filling only the needed fields."""
+        queries = self.collection.queries[self.collection.train_split]
+        corpus = self.collection.corpus
+        qids = [qid for qid, _ in items]
+        docids = [group for _, group in items]
+        flat = [d for group in docids for d in group]
+        batch = TrainBatch(qids, [queries[q] for q in qids], docids, [corpus[d] for d in flat])
+        tables: dict[str, PairTable] = self.tables
+        if "bm25_scores" in self.needs:
+            batch.bm25_scores = tables["bm25_scores"].matrix(qids, docids)
+        if "teacher_scores" in self.needs:
+            batch.teacher_scores = tables["teacher_scores"].matrix(qids, docids)
+        if "bm25_vectors" in self.needs:
+            batch.bm25_query_vectors = [tables["query_idf"][q] for q in qids]
+            batch.bm25_doc_vectors = [tables["doc_weights"][d] for d in flat]
+        return batch
+
+    @property
+    def negatives_source(self) -> str:
+        """What the negative pool was read from, for the run config."""
+        return str(Path(self.negatives_run)) if self.negatives_run else f"bm25_top{self.negative_depth}"

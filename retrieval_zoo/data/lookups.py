@@ -1,0 +1,88 @@
+"""Lookup tables behind the optional batch fields, computed once before training.
+
+BM25 scores of pool documents come from the run itself; every other pair a group can contain (positives outside
+the top N, random negatives) is enumerated over all epochs and scored through pyserini up front, so the training
+step never waits on Java.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import torch
+from tqdm import tqdm
+
+from retrieval_zoo.data.formats import Run
+from retrieval_zoo.data.negatives import GroupSampling
+from retrieval_zoo.lexical.bm25 import BM25
+
+
+class PairTable:
+    """(qid, docid) → score, turned into (B, G) tensors for a batch.
+
+    Args:
+        name: What the scores are (named in errors).
+        scores: qid → {docid: score}.
+    """
+
+    def __init__(self, name: str, scores: Mapping[str, Mapping[str, float]]) -> None:
+        self.name, self.scores = name, scores
+
+    def matrix(self, qids: list[str], docids: list[list[str]]) -> torch.Tensor:
+        """Scores of each query's group as a float tensor of shape (B, G)."""
+        rows = []
+        for qid, group in zip(qids, docids, strict=True):
+            known = self.scores.get(qid, {})
+            missing = [d for d in group if d not in known]
+            if missing:
+                raise KeyError(f"{self.name}: no score for query {qid!r} and documents {missing[:3]}")
+            rows.append([known[d] for d in group])
+        return torch.tensor(rows, dtype=torch.float32)
+
+
+def sampled_pairs(sampling: GroupSampling, qids: list[str], epochs: int) -> dict[str, set[str]]:
+    """Every (qid, docid) any group can hold over ``epochs`` epochs, plus all positives."""
+    pairs: dict[str, set[str]] = {q: set(sampling.positives[q]) for q in qids}
+    for epoch in range(epochs):
+        for qid in qids:
+            pairs[qid].update(sampling.group(qid, epoch))
+    return pairs
+
+
+def bm25_pair_table(bm25: BM25, queries: dict[str, str], pairs: dict[str, set[str]], run: Run) -> PairTable:
+    """BM25 scores of ``pairs``: from the BM25 run when it holds the pair, else computed by pyserini."""
+    scores = {q: {d: run[q][d] for d in docs if d in run.get(q, {})} for q, docs in pairs.items()}
+    todo = [(q, d) for q, docs in pairs.items() for d in sorted(docs) if d not in scores[q]]
+    for (qid, docid), value in zip(todo, bm25.pair_scores(queries, todo), strict=True):
+        scores[qid][docid] = float(value)
+    return PairTable("bm25_scores", scores)
+
+
+def precompute_fields(
+    needs: frozenset[str],
+    bm25: BM25,
+    queries: dict[str, str],
+    sampling: GroupSampling,
+    qids: list[str],
+    epochs: int,
+    bm25_run: Run | None,
+    teacher_run: Run | None,
+) -> dict:
+    """The tables :meth:`TriplesDataModule.collate` reads for each needed field.
+
+    ``bm25_run`` is the BM25 run the pool came from (its scores are reused), or None when the pool is another
+    model's run, in which case every pair is scored by pyserini.
+    """
+    tables: dict = {}
+    if not needs:
+        return tables
+    pairs = sampled_pairs(sampling, qids, epochs)
+    if "bm25_scores" in needs:
+        tables["bm25_scores"] = bm25_pair_table(bm25, queries, pairs, bm25_run or {})
+    if "teacher_scores" in needs:
+        tables["teacher_scores"] = PairTable("teacher_scores", teacher_run or {})
+    if "bm25_vectors" in needs:
+        docids = sorted({d for docs in pairs.values() for d in docs})
+        tables["doc_weights"] = {d: bm25.document_term_weights(d) for d in tqdm(docids, desc="bm25 doc vectors")}
+        tables["query_idf"] = {q: bm25.query_idf(queries[q]) for q in tqdm(qids, desc="bm25 query idf")}
+    return tables

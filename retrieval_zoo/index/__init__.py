@@ -1,0 +1,1 @@
+"""Indexes and search: faiss inner product and fusion of runs."""

@@ -1,0 +1,80 @@
+"""Run loggers: wandb (offline automatically when there is no key or no network), csv, or none."""
+
+from __future__ import annotations
+
+import netrc
+import os
+import socket
+from pathlib import Path
+
+from lightning.pytorch.loggers import CSVLogger, Logger, WandbLogger
+
+WANDB_HOST = "api.wandb.ai"
+
+
+def wandb_mode(timeout: float = 2.0) -> str:
+    """``WANDB_MODE`` if set; else ``offline`` without an API key or without network, else ``online``.
+
+    Deciding before ``wandb.init`` avoids wandb's immediate failure without a key, and its ~100 s hang with a
+    key but no network.
+    """
+    if os.environ.get("WANDB_MODE"):
+        return os.environ["WANDB_MODE"]
+    has_key = bool(os.environ.get("WANDB_API_KEY"))
+    if not has_key:
+        try:
+            has_key = netrc.netrc().authenticators(WANDB_HOST) is not None
+        except (FileNotFoundError, netrc.NetrcParseError):
+            has_key = False
+    if not has_key:
+        return "offline"
+    try:
+        socket.create_connection((WANDB_HOST, 443), timeout=timeout).close()
+    except OSError:
+        return "offline"
+    return "online"
+
+
+def make_logger(
+    kind: str,
+    save_dir: str,
+    run_name: str,
+    group: str,
+    tags: list[str],
+    config: dict,
+    project: str = "retrieval_zoo",
+    entity: str | None = None,
+) -> Logger | bool:
+    """Build the Lightning logger named by ``kind`` (``wandb``, ``csv`` or ``none``).
+
+    Args:
+        kind: Which logger.
+        save_dir: The job's output directory (Hydra's), so sweep jobs never share files.
+        run_name: Run name.
+        group: wandb group (the method), so runs of one method sit together.
+        tags: wandb tags (backbone, dataset).
+        config: The resolved run config, with method, backbone and dataset at its top.
+        project: wandb project.
+        entity: wandb entity (team), or None for the default.
+    """
+    if kind == "none":
+        return False
+    if kind == "csv":
+        return CSVLogger(save_dir=save_dir, name="csv", version="")
+    if kind != "wandb":
+        raise ValueError(f"logger.kind must be wandb, csv or none, not {kind!r}")
+    mode = wandb_mode()
+    Path(save_dir).mkdir(parents=True, exist_ok=True)
+    logger = WandbLogger(
+        name=run_name, save_dir=save_dir, project=project, entity=entity, group=group, tags=tags, mode=mode
+    )
+    logger.experiment.config.update(config, allow_val_change=True)
+    return logger
+
+
+def finish(logger: Logger | bool) -> None:
+    """End the wandb run of this job, so the next job of a multirun starts its own."""
+    if isinstance(logger, WandbLogger):
+        import wandb
+
+        wandb.finish()

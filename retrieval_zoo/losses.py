@@ -1,0 +1,36 @@
+"""Losses as pure functions of score tensors. Shapes: B queries, G = 1 + n documents per query.
+
+Each method sums the named losses it needs; the base module logs each as ``train/loss/<name>``.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+
+def group_targets(batch_size: int, group_size: int, in_batch: bool, device: torch.device) -> torch.Tensor:
+    """Column of each query's positive: 0 within its own group, or ``i·G`` among all B·G batch documents."""
+    step = group_size if in_batch else 0
+    return torch.arange(batch_size, device=device) * step
+
+
+def listwise_nll(scores: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    """Negative log-likelihood of the positive under a softmax over candidates (DPR Eq. 2; Karpukhin et al. 2020).
+
+    L = mean_i [ −s(q_i, d_i⁺) + log Σ_j exp s(q_i, d_j) ].
+
+    Args:
+        scores: (B, C) scores of each query against its C candidates: C = G for its own group only, or
+            C = B·G with in-batch negatives (every document of the batch).
+        targets: (B,) column of each query's positive.
+
+    Returns:
+        Scalar mean loss.
+    """
+    return F.cross_entropy(scores, targets)
+
+
+def in_batch_accuracy(scores: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    """Fraction of queries whose positive outscores every other candidate. (B, C), (B,) → scalar."""
+    return (scores.argmax(dim=1) == targets).float().mean()

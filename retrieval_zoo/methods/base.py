@@ -1,0 +1,139 @@
+"""The shared LightningModule under every method.
+
+A method subclasses :class:`RetrievalMethod` and supplies ``encode_query``, ``encode_doc``, ``score``, the named
+``losses`` it sums, and ``build_retriever`` (which index it searches with). The base sums and logs the losses,
+builds AdamW with a linear warm-up, and validates by first-stage retrieval on a dev subset (MRR@10, R@k), so
+checkpoints are selected on retrieval quality.
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar, Protocol
+
+import lightning as L
+import torch
+from ir_measures import RR, R
+
+from retrieval_zoo.data.collections import Collection
+from retrieval_zoo.data.datamodule import TrainBatch
+from retrieval_zoo.data.formats import Run
+from retrieval_zoo.evaluation import evaluate
+
+
+class Retriever(Protocol):
+    """Anything that retrieves a run for queries over an indexed corpus."""
+
+    def search(self, queries: dict[str, str], k: int) -> Run:
+        """Top ``k`` documents per query."""
+        ...
+
+
+class Optim:
+    """AdamW with linear warm-up, then constant or linear decay to 0, as a pure function of the global step.
+
+    Args:
+        lr: Peak learning rate.
+        weight_decay: AdamW decoupled weight decay.
+        warmup_steps: Steps of linear warm-up from 0.
+        decay: ``"constant"`` after warm-up, or ``"linear"`` to 0 at the last training step.
+        betas: Adam betas.
+    """
+
+    def __init__(
+        self,
+        lr: float = 2e-5,
+        weight_decay: float = 0.01,
+        warmup_steps: int = 100,
+        decay: str = "linear",
+        betas: tuple[float, float] = (0.9, 0.999),
+    ) -> None:
+        if decay not in ("constant", "linear"):
+            raise ValueError(f"optim.decay must be 'constant' or 'linear', not {decay!r}")
+        self.lr, self.weight_decay, self.warmup_steps, self.decay = lr, weight_decay, warmup_steps, decay
+        self.betas = tuple(betas)
+
+    def factor(self, step: int, total_steps: int) -> float:
+        """Learning-rate multiplier at global step ``step`` of ``total_steps``."""
+        if step < self.warmup_steps:
+            return (step + 1) / self.warmup_steps
+        if self.decay == "linear" and total_steps > self.warmup_steps:
+            return max(0.0, (total_steps - step) / (total_steps - self.warmup_steps))
+        return 1.0
+
+
+class RetrievalMethod(L.LightningModule):
+    """Base of every method.
+
+    Class attributes:
+        needs: Optional batch fields the method reads (see :data:`retrieval_zoo.data.datamodule.FIELDS`).
+        trainable: False for methods without parameters (BM25): the apps skip training.
+
+    Args:
+        optim: Optimiser settings.
+        val_k: Depth of validation retrieval; R@val_k is logged beside MRR@10.
+    """
+
+    needs: ClassVar[frozenset[str]] = frozenset()
+    trainable: ClassVar[bool] = True
+
+    def __init__(self, optim: Optim | None = None, val_k: int = 100) -> None:
+        super().__init__()
+        self.optim, self.val_k = optim or Optim(), val_k
+        self._val_run: Run = {}
+        self._val_retriever: Retriever | None = None
+
+    # --- what a method supplies -------------------------------------------------------------------------
+    def losses(self, batch: TrainBatch) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]:
+        """Named losses to sum, and named diagnostics to log, for one batch."""
+        raise NotImplementedError
+
+    def build_retriever(self, collection: Collection) -> Retriever:
+        """Index ``collection``'s corpus with this model and return something to search it."""
+        raise NotImplementedError
+
+    # --- shared training ----------------------------------------------------------------------------------
+    def training_step(self, batch: TrainBatch, batch_idx: int) -> torch.Tensor:
+        """Sum the method's named losses; log each as ``train/loss/<name>`` and diagnostics as ``train/<name>``."""
+        losses, diagnostics = self.losses(batch)
+        total = torch.stack(list(losses.values())).sum()
+        size = len(batch.qids)
+        for name, value in losses.items():
+            self.log(f"train/loss/{name}", value, batch_size=size)
+        for name, value in diagnostics.items():
+            self.log(f"train/{name}", value, batch_size=size)
+        self.log("train/loss", total, prog_bar=True, batch_size=size)
+        return total
+
+    def configure_optimizers(self) -> dict:
+        """AdamW (no decay on biases and LayerNorm) with the step-wise schedule of :class:`Optim`."""
+        decay, no_decay = [], []
+        for name, param in self.named_parameters():
+            if param.requires_grad:
+                (no_decay if param.ndim < 2 or "LayerNorm" in name else decay).append(param)
+        groups = [{"params": decay, "weight_decay": self.optim.weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
+        optimizer = torch.optim.AdamW(groups, lr=self.optim.lr, betas=self.optim.betas)
+        total = int(self.trainer.estimated_stepping_batches)
+        schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: self.optim.factor(step, total))
+        return {"optimizer": optimizer, "lr_scheduler": {"scheduler": schedule, "interval": "step"}}
+
+    # --- shared validation: retrieval on a dev subset --------------------------------------------------
+    def on_validation_epoch_start(self) -> None:
+        """Index the corpus with the current weights."""
+        self._val_run = {}
+        self._val_retriever = self.build_retriever(self.trainer.datamodule.collection)
+
+    def validation_step(self, qids: list[str], batch_idx: int) -> None:
+        """Retrieve for a batch of validation query ids."""
+        datamodule = self.trainer.datamodule
+        queries = datamodule.collection.queries[datamodule.val_split]
+        self._val_run.update(self._val_retriever.search({q: queries[q] for q in qids}, self.val_k))
+
+    def on_validation_epoch_end(self) -> None:
+        """Log MRR@10 and R@val_k of the validation subset."""
+        datamodule = self.trainer.datamodule
+        qrels = datamodule.collection.qrels[datamodule.val_split]
+        measures = {"MRR@10": RR @ 10, f"R@{self.val_k}": R @ self.val_k}
+        metrics = evaluate(self._val_run, {q: qrels[q] for q in self._val_run}, measures)
+        for name, value in metrics.items():
+            self.log(f"val/{name}", value, prog_bar=name == "MRR@10")
+        self._val_retriever = None

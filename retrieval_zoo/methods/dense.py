@@ -1,0 +1,95 @@
+"""Dense bi-encoder reference: the "BERT-Siamese" / DPR baseline of the papers.
+
+One shared encoder embeds queries and documents; the score is a dot product (DPR Eq. 1, Karpukhin et al. 2020;
+CLEAR Eq. 4). Pooling is the mean over real tokens (CLEAR Eq. 2–3) or the [CLS] vector (DPR). Training minimises
+the listwise NLL of the positive among the group's BM25 negatives and, optionally, every other document of the
+batch (in-batch negatives, DPR Eq. 2). Retrieval is faiss inner-product search over the encoded corpus.
+"""
+
+from __future__ import annotations
+
+import torch
+from transformers import PreTrainedTokenizerBase
+
+from retrieval_zoo.backbones import Backbone
+from retrieval_zoo.data.collections import Collection
+from retrieval_zoo.data.datamodule import TrainBatch
+from retrieval_zoo.index.dense import DenseRetriever
+from retrieval_zoo.losses import group_targets, in_batch_accuracy, listwise_nll
+from retrieval_zoo.methods.base import Optim, RetrievalMethod
+from retrieval_zoo.methods.encoding import POOLING
+
+
+class DenseBiEncoder(RetrievalMethod):
+    """Shared-encoder dense retriever.
+
+    Args:
+        backbone: Where the encoder comes from.
+        optim: Optimiser settings.
+        pooling: ``"mean"`` (over real tokens) or ``"cls"``.
+        query_max_length: Query truncation, in tokens.
+        doc_max_length: Document truncation, in tokens.
+        in_batch_negatives: Score each query against every document of the batch, not only its group.
+        temperature: Scores are divided by it inside the softmax (1.0 = plain DPR).
+        index_factory: faiss factory string of the retrieval index.
+        encode_batch_size: Texts per forward pass when encoding a corpus.
+        val_k: Validation retrieval depth.
+    """
+
+    def __init__(
+        self,
+        backbone: Backbone,
+        optim: Optim | None = None,
+        pooling: str = "mean",
+        query_max_length: int = 32,
+        doc_max_length: int = 128,
+        in_batch_negatives: bool = True,
+        temperature: float = 1.0,
+        index_factory: str = "Flat",
+        encode_batch_size: int = 128,
+        val_k: int = 100,
+    ) -> None:
+        super().__init__(optim, val_k)
+        if pooling not in POOLING:
+            raise ValueError(f"pooling must be one of {sorted(POOLING)}, not {pooling!r}")
+        self.backbone_name, self.pooling = backbone.name, pooling
+        self.tokenizer: PreTrainedTokenizerBase = backbone.load_tokenizer()
+        self.encoder = backbone.load_model(mlm_head=False).train()
+        self.query_max_length, self.doc_max_length = query_max_length, doc_max_length
+        self.in_batch_negatives, self.temperature = in_batch_negatives, temperature
+        self.index_factory, self.encode_batch_size = index_factory, encode_batch_size
+
+    def _encode(self, texts: list[str], max_length: int) -> torch.Tensor:
+        tokens = self.tokenizer(texts, padding=True, truncation=True, max_length=max_length, return_tensors="pt")
+        tokens = tokens.to(self.device)
+        hidden = self.encoder(**tokens).last_hidden_state
+        return POOLING[self.pooling](hidden, tokens["attention_mask"])
+
+    def encode_query(self, texts: list[str]) -> torch.Tensor:
+        """(B,) texts → (B, H) query vectors."""
+        return self._encode(texts, self.query_max_length)
+
+    def encode_doc(self, texts: list[str]) -> torch.Tensor:
+        """(N,) texts → (N, H) document vectors."""
+        return self._encode(texts, self.doc_max_length)
+
+    def score(self, queries: torch.Tensor, docs: torch.Tensor) -> torch.Tensor:
+        """Dot product of every query with every document: (B, H), (N, H) → (B, N)."""
+        return queries @ docs.T
+
+    def losses(self, batch: TrainBatch) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]:
+        """Listwise NLL over the group (and the batch, with in-batch negatives)."""
+        q = self.encode_query(batch.queries)
+        d = self.encode_doc(batch.docs)
+        size, group = len(batch.qids), len(batch.docids[0])
+        scores = self.score(q, d)
+        if not self.in_batch_negatives:
+            scores = scores.view(size, size, group)[torch.arange(size), torch.arange(size)]
+        targets = group_targets(size, group, self.in_batch_negatives, scores.device)
+        scores = scores / self.temperature
+        nll = listwise_nll(scores, targets)
+        return {"nll": nll}, {"accuracy": in_batch_accuracy(scores, targets)}
+
+    def build_retriever(self, collection: Collection) -> DenseRetriever:
+        """Encode the corpus into a faiss inner-product index."""
+        return DenseRetriever(self, collection.corpus, self.index_factory, self.encode_batch_size)

@@ -1,0 +1,63 @@
+"""Train → index → search → evaluate, shared by ``train.py`` and ``evaluate.py``."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import torch
+from hydra.utils import instantiate
+from omegaconf import DictConfig, OmegaConf
+
+from retrieval_zoo.cache import write_json
+from retrieval_zoo.data.collections import Collection
+from retrieval_zoo.data.formats import write_run
+from retrieval_zoo.evaluation import evaluate, format_table
+from retrieval_zoo.lexical.bm25 import BM25
+from retrieval_zoo.methods.base import RetrievalMethod
+
+
+def identity(cfg: DictConfig) -> dict[str, str]:
+    """Method, backbone and dataset names of a run (Hydra's group choices), for grouping in dashboards."""
+    return {"method": str(cfg.method_name), "backbone": str(cfg.backbone_name), "dataset": str(cfg.dataset_name)}
+
+
+def run_config(cfg: DictConfig) -> dict:
+    """The resolved config with method, backbone and dataset first."""
+    resolved = OmegaConf.to_container(cfg, resolve=True)
+    return {**identity(cfg), **{k: v for k, v in resolved.items() if k not in ("method_name", "backbone_name")}}
+
+
+def evaluate_method(
+    model: RetrievalMethod, collection: Collection, bm25: BM25, split: str, k: int, out_dir: Path, name: str
+) -> dict[str, dict[str, float]]:
+    """Retrieve ``split``'s judged queries with ``model`` and with BM25, write runs and results, print the table.
+
+    Writes ``run.<split>.trec`` and ``run.<split>.bm25.trec`` (TREC runs) and ``results.json`` into ``out_dir``.
+    """
+    queries = collection.judged_queries(split)
+    qrels = collection.qrels[split]
+    results, timings = {}, {}
+    if model.trainable:
+        model.eval().to("cuda" if torch.cuda.is_available() else "cpu")
+    for system, retriever_of in (("BM25", lambda: bm25), (name, lambda: model.build_retriever(collection))):
+        if system == name and not model.trainable and results:
+            results[name] = results["BM25"]
+            continue
+        started = time.perf_counter()
+        run = retriever_of().search(queries, k)
+        timings[system] = time.perf_counter() - started
+        suffix = ".bm25" if system == "BM25" else ""
+        write_run(out_dir / f"run.{split}{suffix}.trec", run, tag=system)
+        results[system] = evaluate(run, qrels)
+    table = format_table(results)
+    print(f"\n{collection.name} / {split}: {len(queries):,} judged queries, depth {k}\n{table}\n")
+    summary = {"collection": collection.name, "split": split, "queries": len(queries), "k": k}
+    write_json(out_dir / "results.json", {**summary, "metrics": results, "seconds": timings})
+    return results
+
+
+def build_collection_and_bm25(cfg: DictConfig) -> tuple[Collection, BM25]:
+    """Instantiate the dataset and the BM25 it is searched with."""
+    collection: Collection = instantiate(cfg.dataset)
+    return collection, instantiate(cfg.bm25, _partial_=True)(collection=collection)

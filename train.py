@@ -1,0 +1,52 @@
+"""Train a method, then evaluate it beside BM25: ``python train.py method=dense backbone=splade_tiny``."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import hydra
+import lightning as L
+import torch
+from hydra.core.hydra_config import HydraConfig
+from hydra.utils import instantiate
+from omegaconf import DictConfig, OmegaConf
+
+from retrieval_zoo.loggers import finish, make_logger
+from retrieval_zoo.pipeline import build_collection_and_bm25, evaluate_method, identity, run_config
+
+
+@hydra.main(config_path="conf", config_name="train", version_base="1.3")
+def main(cfg: DictConfig) -> dict[str, dict[str, float]]:
+    """Train → index → search → evaluate; returns the metrics table."""
+    out_dir = Path(HydraConfig.get().runtime.output_dir)
+    L.seed_everything(cfg.seed, workers=True)
+    torch.set_float32_matmul_precision("high")
+    collection, bm25 = build_collection_and_bm25(cfg)
+    OmegaConf.save(cfg, out_dir / "run_config.yaml", resolve=True)
+    model = instantiate(cfg.method)
+    names = identity(cfg)
+    logger = make_logger(
+        **cfg.logger, save_dir=str(out_dir), run_name=out_dir.name, group=names["method"],
+        tags=[f"backbone:{names['backbone']}", f"dataset:{names['dataset']}"], config=run_config(cfg),
+    )  # fmt: skip
+    try:
+        if model.trainable:
+            datamodule = instantiate(cfg.data, _partial_=True)(collection=collection, bm25=bm25, needs=model.needs)
+            checkpoint = instantiate(cfg.checkpoint, dirpath=str(out_dir / "checkpoints"))
+            make_trainer = instantiate(cfg.trainer, _partial_=True)
+            trainer = make_trainer(default_root_dir=str(out_dir), logger=logger, callbacks=[checkpoint])
+            trainer.fit(model, datamodule=datamodule, ckpt_path=cfg.resume_from)
+            best = checkpoint.best_model_path or checkpoint.last_model_path
+            if best:
+                model.load_state_dict(torch.load(best, map_location="cpu", weights_only=False)["state_dict"])
+                print(f"[train] best checkpoint: {best}")
+        results = evaluate_method(model, collection, bm25, collection.eval_split, cfg.eval.k, out_dir, names["method"])
+        if logger:
+            logger.log_metrics({f"eval/{s}/{m}": v for s, ms in results.items() for m, v in ms.items()})
+        return results
+    finally:
+        finish(logger)
+
+
+if __name__ == "__main__":
+    main()
