@@ -16,6 +16,7 @@ from pathlib import Path
 import torch
 from transformers import AutoModel, AutoModelForMaskedLM, AutoTokenizer, BertConfig, BertForMaskedLM
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
+from transformers.utils import logging as hf_logging
 
 HUB_HOST = "huggingface.co"
 
@@ -99,6 +100,8 @@ class Backbone:
         if mlm_head and not self.has_mlm_head:
             raise ValueError(f"backbone {self.name!r} has no trained MLM head; pick a backbone with one")
         cls = AutoModelForMaskedLM if mlm_head else AutoModel
+        hf_logging.set_verbosity_error()  # an MLM checkpoint loaded as a bare encoder reports its unused head
+        hf_logging.disable_progress_bar()
         return cls.from_pretrained(self.source())
 
 

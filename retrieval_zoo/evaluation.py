@@ -1,21 +1,28 @@
-"""Effectiveness metrics as trec_eval defines them, computed through ir-measures (pytrec_eval backend).
+"""Effectiveness metrics exactly as trec_eval defines them, computed by pytrec_eval (trec_eval's own C code).
 
-Reported: MRR@10 (trec_eval ``recip_rank`` cut at 10), R@100, R@1000, nDCG@10 (graded, trec_eval's linear
-gain) and MAP@1000. Ties are broken as trec_eval does (by docid, descending). Every judged query counts: a
-query of the qrels with at least one relevant document but no retrieved document scores 0, as with
-``trec_eval -c``; queries without a relevant document are not evaluated (MS MARCO's convention).
+Reported: MRR@10 (trec_eval ``recip_rank`` over the top 10), R@100, R@1000 (``recall_k``), nDCG@10
+(``ndcg_cut_10``: gain = grade, discount log2(rank + 1)) and MAP@1000 (``map_cut_1000``). Ties are ranked as
+trec_eval ranks them: score descending, then docid descending. Every judged query counts: a query of the qrels with
+at least one relevant document but no retrieved document scores 0, as with ``trec_eval -c``; queries without a
+relevant document are not evaluated (MS MARCO's convention).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 
-import ir_measures
-from ir_measures import AP, RR, R, nDCG
+import pytrec_eval
 
-from retrieval_zoo.data.formats import Qrels, Run
+from retrieval_zoo.data.formats import Qrels, Run, ranked
 
-MEASURES = {"MRR@10": RR @ 10, "R@100": R @ 100, "R@1000": R @ 1000, "nDCG@10": nDCG @ 10, "MAP@1000": AP @ 1000}
+MEASURES: dict[str, str] = {
+    "MRR@10": "recip_rank@10",
+    "R@100": "recall_100",
+    "R@1000": "recall_1000",
+    "nDCG@10": "ndcg_cut_10",
+    "MAP@1000": "map_cut_1000",
+}
+"""Reported name → trec_eval measure; ``recip_rank@k`` is trec_eval's recip_rank over the top k."""
 
 
 def judged(qrels: Qrels) -> Qrels:
@@ -23,18 +30,25 @@ def judged(qrels: Qrels) -> Qrels:
     return {qid: docs for qid, docs in qrels.items() if any(g > 0 for g in docs.values())}
 
 
-def per_query(run: Run, qrels: Qrels, measures: Mapping[str, object] = MEASURES) -> dict[str, dict[str, float]]:
+def _truncate(run: Run, k: int) -> Run:
+    return {qid: dict(ranked(scores)[:k]) for qid, scores in run.items()}
+
+
+def per_query(run: Run, qrels: Qrels, measures: Mapping[str, str] = MEASURES) -> dict[str, dict[str, float]]:
     """Metric name → (qid → value) over every judged query; a query missing from the run scores 0."""
     qrels = judged(qrels)
     values = {name: dict.fromkeys(qrels, 0.0) for name in measures}
-    by_measure = {measure: name for name, measure in measures.items()}
-    ranked = {qid: docs for qid, docs in run.items() if qid in qrels and docs}
-    for metric in ir_measures.iter_calc(list(measures.values()), qrels, ranked):
-        values[by_measure[metric.measure]][metric.query_id] = float(metric.value)
+    run = {qid: docs for qid, docs in run.items() if qid in qrels and docs}
+    for name, measure in measures.items():
+        trec_measure, _, cutoff = measure.partition("@")
+        scored = _truncate(run, int(cutoff)) if cutoff else run
+        evaluator = pytrec_eval.RelevanceEvaluator(qrels, {trec_measure})
+        for qid, result in evaluator.evaluate(scored).items():
+            values[name][qid] = float(result[trec_measure])
     return values
 
 
-def evaluate(run: Run, qrels: Qrels, measures: Mapping[str, object] = MEASURES) -> dict[str, float]:
+def evaluate(run: Run, qrels: Qrels, measures: Mapping[str, str] = MEASURES) -> dict[str, float]:
     """Mean of each metric over the judged queries of ``qrels``."""
     if not judged(qrels):
         raise ValueError("qrels have no query with a relevant document")

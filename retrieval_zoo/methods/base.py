@@ -12,12 +12,11 @@ from typing import ClassVar, Protocol
 
 import lightning as L
 import torch
-from ir_measures import RR, R
 
 from retrieval_zoo.data.collections import Collection
 from retrieval_zoo.data.datamodule import TrainBatch
 from retrieval_zoo.data.formats import Run
-from retrieval_zoo.evaluation import evaluate
+from retrieval_zoo.evaluation import MEASURES, evaluate
 
 
 class Retriever(Protocol):
@@ -132,7 +131,7 @@ class RetrievalMethod(L.LightningModule):
         """Log MRR@10 and R@val_k of the validation subset."""
         datamodule = self.trainer.datamodule
         qrels = datamodule.collection.qrels[datamodule.val_split]
-        measures = {"MRR@10": RR @ 10, f"R@{self.val_k}": R @ self.val_k}
+        measures = {"MRR@10": MEASURES["MRR@10"], f"R@{self.val_k}": f"recall_{self.val_k}"}
         metrics = evaluate(self._val_run, {q: qrels[q] for q in self._val_run}, measures)
         for name, value in metrics.items():
             self.log(f"val/{name}", value, prog_bar=name == "MRR@10")

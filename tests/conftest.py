@@ -1,0 +1,56 @@
+"""Shared fixtures: an isolated artifact cache and a tiny real collection cut from the embedded one."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from retrieval_zoo.data.collections import Collection, embedded, msmarco_tsv
+from retrieval_zoo.data.formats import write_id_text_tsv, write_qrels
+
+
+@pytest.fixture(scope="session", autouse=True)
+def isolated_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("cache")
+    os.environ["RETRIEVAL_ZOO_CACHE"] = str(path)
+    os.environ.setdefault("WANDB_MODE", "disabled")
+    return path
+
+
+@pytest.fixture(scope="session")
+def tiny_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A 400-document slice of the embedded collection: 120 train and 30 dev queries, MS MARCO layout."""
+    source = embedded("default")
+    root = tmp_path_factory.mktemp("tiny")
+    picked: dict[str, dict[str, dict[str, int]]] = {}
+    docs: dict[str, str] = {}
+    for split, limit in (("train", 120), ("dev", 30)):
+        picked[split] = dict(list(source.qrels[split].items())[:limit])
+        for judged in picked[split].values():
+            docs.update({d: source.corpus[d] for d in judged})
+    for docid in list(source.corpus)[: 400 - len(docs)]:
+        docs.setdefault(docid, source.corpus[docid])
+    write_id_text_tsv(root / "collection.tsv", docs)
+    for split in ("train", "dev"):
+        write_id_text_tsv(root / f"queries.{split}.tsv", {q: source.queries[split][q] for q in picked[split]})
+        write_qrels(root / f"qrels.{split}.tsv", picked[split])
+    return root
+
+
+def load_tiny(root: Path) -> Collection:
+    files = {s: f"queries.{s}.tsv" for s in ("train", "dev")}
+    return msmarco_tsv("tiny", str(root), "collection.tsv", files, {s: f"qrels.{s}.tsv" for s in ("train", "dev")})
+
+
+@pytest.fixture(scope="session")
+def tiny(tiny_dir: Path) -> Collection:
+    return load_tiny(tiny_dir)
+
+
+@pytest.fixture(scope="session")
+def tiny_bm25(tiny: Collection):
+    from retrieval_zoo.lexical.bm25 import BM25
+
+    return BM25(tiny, k1=0.9, b=0.4, threads=2)

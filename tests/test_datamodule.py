@@ -1,0 +1,104 @@
+from collections import Counter
+
+import pytest
+import torch
+
+from retrieval_zoo.data.datamodule import TriplesDataModule
+from retrieval_zoo.data.negatives import GroupSampling, ShardedEpochSampler, negative_pool
+
+
+def sampling(random_negatives: bool = False) -> GroupSampling:
+    return GroupSampling(
+        positives={"q1": ["p1", "p2"], "q2": ["p3"]},
+        pool={"q1": ["n1", "n2", "n3"], "q2": []},
+        corpus_ids=["p1", "p2", "p3", "n1", "n2", "n3", "r1", "r2"],
+        n_negatives=2,
+        seed=7,
+        random_negatives=random_negatives,
+    )
+
+
+def test_groups_are_deterministic_per_qid_seed_epoch() -> None:
+    s = sampling()
+    assert s.group("q1", 0) == sampling().group("q1", 0)
+    assert len({tuple(s.group("q1", e)) for e in range(10)}) > 1
+    group = s.group("q1", 3)
+    assert group[0] in {"p1", "p2"} and set(group[1:]) <= {"n1", "n2", "n3"}
+
+
+def test_positives_are_never_negatives() -> None:
+    pool = negative_pool({"q": {"a": 3.0, "p": 2.0, "b": 1.0, "c": 0.5}}, {"q": {"p": 1, "b": 0}}, depth=3)
+    assert pool == {"q": ["a", "b"]}
+    random_mode = sampling(random_negatives=True)
+    for epoch in range(30):
+        negatives = random_mode.group("q1", epoch)[1:]
+        assert not {"p1", "p2"} & set(negatives)
+    # An empty pool falls back to random corpus documents, never the positive.
+    assert "p3" not in sampling().group("q2", 0)[1:]
+
+
+def test_sharded_sampler_world_size_two() -> None:
+    ranks = [ShardedEpochSampler(11, seed=1, rank=r, world_size=2) for r in range(2)]
+    for sampler in ranks:
+        sampler.set_epoch(2)
+    shards = [[i for i, _ in sampler] for sampler in ranks]
+    assert len(shards[0]) == len(shards[1]) == 5
+    assert not set(shards[0]) & set(shards[1])
+    single = ShardedEpochSampler(11, seed=1)
+    single.set_epoch(2)
+    order = [i for i, _ in single]
+    # Rank r takes every other index of the same global order: global batch i is the union of local batches i.
+    assert shards[0] == order[0:10:2] and shards[1] == order[1:10:2]
+    assert all(epoch == 2 for _, epoch in ranks[0])
+
+
+def test_datamodule_batches_with_bm25_scores(tiny, tiny_bm25) -> None:
+    dm = TriplesDataModule(tiny, tiny_bm25, batch_size=8, n_negatives=2, needs={"bm25_scores"}, epochs=1, seed=3)
+    dm.setup("fit")
+    batch = next(iter(dm.train_dataloader()))
+    assert len(batch.queries) == 8 and len(batch.docs) == 24 and batch.bm25_scores.shape == (8, 3)
+    qrels = tiny.qrels["train"]
+    for qid, group in zip(batch.qids, batch.docids, strict=True):
+        assert qrels[qid].get(group[0], 0) > 0 and all(qrels[qid].get(d, 0) == 0 for d in group[1:])
+    # The positive's score is BM25's own, even for a positive outside the run.
+    qid, positive = batch.qids[0], batch.docids[0][0]
+    exact = tiny_bm25.pair_scores(tiny.queries["train"], [(qid, positive)])[0]
+    assert batch.bm25_scores[0, 0].item() == pytest.approx(float(exact), abs=1e-3)
+    # Same seed → same batches; the teacher field stays empty when not needed.
+    again = TriplesDataModule(tiny, tiny_bm25, batch_size=8, n_negatives=2, needs={"bm25_scores"}, epochs=1, seed=3)
+    again.setup("fit")
+    assert next(iter(again.train_dataloader())).docids == batch.docids
+    assert batch.teacher_scores is None
+
+
+def test_datamodule_rejects_bad_settings(tiny, tiny_bm25) -> None:
+    with pytest.raises(ValueError, match="unknown batch fields"):
+        TriplesDataModule(tiny, tiny_bm25, needs={"colbert"})
+    with pytest.raises(ValueError, match="teacher_run is not set"):
+        TriplesDataModule(tiny, tiny_bm25, needs={"teacher_scores"})
+
+
+def test_teacher_scores_and_bm25_vectors(tiny, tiny_bm25, tmp_path) -> None:
+    from retrieval_zoo.data.formats import write_run
+
+    qids = sorted(tiny.judged_queries("train"))
+    teacher = {q: {d: float(i) for i, d in enumerate(tiny.corpus)} for q in qids}
+    write_run(tmp_path / "teacher.trec", teacher)
+    dm = TriplesDataModule(
+        tiny, tiny_bm25, batch_size=4, teacher_run=str(tmp_path / "teacher.trec"),
+        needs={"teacher_scores", "bm25_vectors"}, epochs=1,
+    )  # fmt: skip
+    dm.setup("fit")
+    batch = next(iter(dm.train_dataloader()))
+    expected = [[teacher[q][d] for d in g] for q, g in zip(batch.qids, batch.docids, strict=True)]
+    assert torch.allclose(batch.teacher_scores, torch.tensor(expected))
+    assert len(batch.bm25_doc_vectors) == 8 and all(v for v in batch.bm25_doc_vectors)
+    assert Counter(type(v) for v in batch.bm25_query_vectors) == Counter({dict: 4})
+
+
+def test_global_batch_must_divide_by_world_size(tiny, tiny_bm25, monkeypatch) -> None:
+    dm = TriplesDataModule(tiny, tiny_bm25, batch_size=5)
+    dm.setup("fit")
+    monkeypatch.setattr(dm, "_world", lambda: (0, 2))
+    with pytest.raises(ValueError, match="does not divide by the world size 2"):
+        dm.train_dataloader()

@@ -1,0 +1,128 @@
+import gzip
+import json
+from pathlib import Path
+
+import pytest
+
+from retrieval_zoo.data.collections import beir, msmarco_tsv
+from retrieval_zoo.data.formats import (
+    FormatError,
+    read_beir_jsonl,
+    read_id_text_tsv,
+    read_qrels,
+    read_run,
+    read_triples,
+    write_id_text_tsv,
+    write_qrels,
+    write_run,
+)
+
+
+def write(path: Path, text: str) -> Path:
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+def test_tsv_round_trip_gz(tmp_path: Path) -> None:
+    table = {"1": "first doc", "7": "second\tdoc with a tab"}
+    write_id_text_tsv(tmp_path / "c.tsv.gz", table)
+    assert gzip.open(tmp_path / "c.tsv.gz", "rt").read() == "1\tfirst doc\n7\tsecond doc with a tab\n"
+    assert read_id_text_tsv(tmp_path / "c.tsv.gz") == {"1": "first doc", "7": "second doc with a tab"}
+
+
+@pytest.mark.parametrize(
+    ("content", "line", "problem"),
+    [
+        ("1\tok\n2\n", 2, "expected 2 fields, found 1"),
+        ("1\tok\n2\t  \n", 2, "empty text for document '2'"),
+        ("1\tok\n1\tagain\n", 2, "duplicate document id '1'"),
+        ("1\tok\n\n", 2, "blank line"),
+        ("1\tok\t3\n", 1, "expected 2 fields, found 3"),
+    ],
+)
+def test_tsv_malformed_names_file_line_problem(tmp_path: Path, content: str, line: int, problem: str) -> None:
+    path = write(tmp_path / "collection.tsv", content)
+    with pytest.raises(FormatError) as err:
+        read_id_text_tsv(path)
+    assert err.value.line == line and problem in str(err.value) and str(path) in str(err.value)
+
+
+def test_missing_file(tmp_path: Path) -> None:
+    with pytest.raises(FormatError, match="file not found"):
+        read_id_text_tsv(tmp_path / "nope.tsv")
+
+
+def test_qrels_trec_and_beir(tmp_path: Path) -> None:
+    assert read_qrels(write(tmp_path / "q.tsv", "1\t0\td1\t1\n1 0 d2 2\n2\t0\td1\t0\n")) == {
+        "1": {"d1": 1, "d2": 2},
+        "2": {"d1": 0},
+    }
+    beir_qrels = write(tmp_path / "test.tsv", "query-id\tcorpus-id\tscore\nq1\td1\t2\n")
+    assert read_qrels(beir_qrels) == {"q1": {"d1": 2}}
+
+
+@pytest.mark.parametrize(
+    ("content", "line", "problem"),
+    [("1 0 d1 x\n", 1, "relevance 'x' is not an integer"), ("1 0 d1 1\n1 0 d1 0\n", 2, "duplicate judgement")],
+)
+def test_qrels_malformed(tmp_path: Path, content: str, line: int, problem: str) -> None:
+    with pytest.raises(FormatError) as err:
+        read_qrels(write(tmp_path / "qrels.tsv", content))
+    assert err.value.line == line and problem in err.value.problem
+
+
+def test_run_round_trip_and_errors(tmp_path: Path) -> None:
+    run = {"q1": {"a": 1.5, "b": 2.5}, "q2": {"c": 0.1}}
+    write_run(tmp_path / "run.trec", run, tag="t")
+    lines = (tmp_path / "run.trec").read_text().splitlines()
+    assert lines[0] == "q1 Q0 b 1 2.500000 t" and lines[1] == "q1 Q0 a 2 1.500000 t"
+    assert read_run(tmp_path / "run.trec") == run
+    with pytest.raises(FormatError, match=r"run.trec:2: score 'nan' is not finite"):
+        read_run(write(tmp_path / "run.trec", "q Q0 a 1 1.0 t\nq Q0 b 2 nan t\n"))
+    with pytest.raises(FormatError, match=r":2: document 'a' appears twice"):
+        read_run(write(tmp_path / "run.trec", "q Q0 a 1 1.0 t\nq Q0 a 2 0.5 t\n"))
+    with pytest.raises(FormatError, match=r":1: expected 6 fields, found 5"):
+        read_run(write(tmp_path / "run.trec", "q Q0 a 1 1.0\n"))
+
+
+def test_triples(tmp_path: Path) -> None:
+    path = write(tmp_path / "triples.tsv", "what is x\tx is y\tz is w\nq\t\tneg\n")
+    rows = read_triples(path)
+    assert next(rows) == ("what is x", "x is y", "z is w")
+    with pytest.raises(FormatError, match=r"triples.tsv:2: empty text in triple"):
+        next(rows)
+
+
+def test_beir_reader_and_errors(tmp_path: Path) -> None:
+    path = write(tmp_path / "corpus.jsonl", json.dumps({"_id": "d1", "title": "T", "text": "body"}) + "\n")
+    assert read_beir_jsonl(path, "document") == {"d1": "T body"}
+    bad = write(tmp_path / "bad.jsonl", '{"_id": "d1", "text": "a"}\n{"_id": "d2", "text": \n')
+    with pytest.raises(FormatError, match=r"bad.jsonl:2: invalid JSON"):
+        read_beir_jsonl(bad, "document")
+    with pytest.raises(FormatError, match=r":1: a record needs '_id' and 'text'"):
+        read_beir_jsonl(write(tmp_path / "x.jsonl", '{"id": "d1"}\n'), "query")
+
+
+def test_beir_directory(tmp_path: Path) -> None:
+    write(tmp_path / "corpus.jsonl", '{"_id": "d1", "text": "alpha"}\n{"_id": "d2", "text": "beta"}\n')
+    write(tmp_path / "queries.jsonl", '{"_id": "q1", "text": "alpha?"}\n{"_id": "q2", "text": "none"}\n')
+    (tmp_path / "qrels").mkdir()
+    write(tmp_path / "qrels" / "test.tsv", "query-id\tcorpus-id\tscore\nq1\td1\t1\n")
+    collection = beir("toy", str(tmp_path), ["test"])
+    assert collection.queries["test"] == {"q1": "alpha?"} and collection.eval_split == "test"
+    write(tmp_path / "qrels" / "test.tsv", "query-id\tcorpus-id\tscore\nq1\td9\t1\n")
+    with pytest.raises(FormatError, match=r"test.tsv:2: unknown document id 'd9'"):
+        beir("toy", str(tmp_path), ["test"])
+
+
+def test_unknown_ids_in_msmarco_qrels(tmp_path: Path) -> None:
+    write(tmp_path / "collection.tsv", "1\tdoc one\n2\tdoc two\n")
+    write(tmp_path / "queries.tsv", "10\tquery\n")
+    write_qrels(tmp_path / "qrels.tsv", {"10": {"1": 1}, "11": {"2": 1}})
+    with pytest.raises(FormatError, match=r"qrels.tsv:2: unknown query id '11'"):
+        msmarco_tsv("x", str(tmp_path), "collection.tsv", {"dev": "queries.tsv"}, {"dev": "qrels.tsv"})
+    write_qrels(tmp_path / "qrels.tsv", {"10": {"1": 1, "3": 1}})
+    with pytest.raises(FormatError, match=r"qrels.tsv:2: unknown document id '3'"):
+        msmarco_tsv("x", str(tmp_path), "collection.tsv", {"dev": "queries.tsv"}, {"dev": "qrels.tsv"})
+    with pytest.raises(FileNotFoundError, match="does not exist"):
+        msmarco_tsv("x", str(tmp_path / "nope"), "collection.tsv", {}, {})

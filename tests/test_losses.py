@@ -1,0 +1,46 @@
+import math
+
+import pytest
+import torch
+
+from retrieval_zoo.losses import group_targets, in_batch_accuracy, listwise_nll
+from retrieval_zoo.methods.base import Optim
+from retrieval_zoo.methods.encoding import cls_pool, length_sorted_batches, mean_pool
+
+
+def test_listwise_nll_by_hand() -> None:
+    # Two queries, each with its own group of 2 (positive first): L = mean(−s⁺ + log Σ exp s).
+    scores = torch.tensor([[2.0, 0.0], [1.0, 1.0]])
+    expected = ((-2 + math.log(math.exp(2) + 1)) + (-1 + math.log(2 * math.e))) / 2
+    assert listwise_nll(scores, group_targets(2, 2, in_batch=False, device=scores.device)).item() == pytest.approx(
+        expected
+    )
+
+
+def test_in_batch_targets_point_at_each_querys_positive() -> None:
+    assert group_targets(3, 4, in_batch=True, device=torch.device("cpu")).tolist() == [0, 4, 8]
+    scores = torch.tensor([[5.0, 0, 0, 0], [0, 0, 5.0, 1.0]])
+    assert in_batch_accuracy(scores, torch.tensor([0, 2])).item() == 1.0
+    assert in_batch_accuracy(scores, torch.tensor([0, 3])).item() == 0.5
+
+
+def test_mean_pool_ignores_padding() -> None:
+    hidden = torch.tensor([[[1.0, 2.0], [3.0, 4.0], [100.0, 100.0]]])
+    mask = torch.tensor([[1, 1, 0]])
+    assert mean_pool(hidden, mask).tolist() == [[2.0, 3.0]]
+    assert cls_pool(hidden, mask).tolist() == [[1.0, 2.0]]
+
+
+def test_length_sorted_batches_cover_every_index_once() -> None:
+    texts = ["a", "ccc", "bb", "dddd", "e"]
+    batches = length_sorted_batches(texts, 2)
+    assert batches[0] == [3, 1] and sorted(i for b in batches for i in b) == list(range(5))
+
+
+def test_schedule_is_a_pure_function_of_the_step() -> None:
+    optim = Optim(lr=1.0, warmup_steps=4, decay="linear")
+    assert [optim.factor(s, 12) for s in range(4)] == [0.25, 0.5, 0.75, 1.0]
+    assert optim.factor(8, 12) == pytest.approx(0.5) and optim.factor(12, 12) == 0.0
+    assert Optim(warmup_steps=2, decay="constant").factor(100, 10) == 1.0
+    with pytest.raises(ValueError, match="optim.decay"):
+        Optim(decay="cosine")
