@@ -22,7 +22,7 @@ def main(cfg: DictConfig) -> dict[str, dict[str, float]]:
     L.seed_everything(cfg.seed, workers=True)
     torch.set_float32_matmul_precision("high")
     collection, bm25 = build_collection_and_bm25(cfg)
-    OmegaConf.save(cfg, out_dir / "run_config.yaml", resolve=True)
+    OmegaConf.save(OmegaConf.create(run_config(cfg)), out_dir / "run_config.yaml")
     model = instantiate(cfg.method)
     names = identity(cfg)
     logger = make_logger(

@@ -23,9 +23,10 @@ def identity(cfg: DictConfig) -> dict[str, str]:
 
 
 def run_config(cfg: DictConfig) -> dict:
-    """The resolved config with method, backbone and dataset first."""
+    """The resolved config with ``method_name``, ``backbone_name`` and ``dataset_name`` first."""
     resolved = OmegaConf.to_container(cfg, resolve=True)
-    return {**identity(cfg), **{k: v for k, v in resolved.items() if k not in ("method_name", "backbone_name")}}
+    first = ("method_name", "backbone_name", "dataset_name")
+    return {**{k: resolved[k] for k in first}, **{k: v for k, v in resolved.items() if k not in first}}
 
 
 def evaluate_method(

@@ -1,0 +1,60 @@
+"""train.py then evaluate.py, as a user runs them, on the tiny slice and a tiny random backbone."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def run_app(script: str, *overrides: str) -> str:
+    env = {**os.environ, "WANDB_MODE": "offline", "HF_HUB_OFFLINE": "1"}
+    done = subprocess.run(
+        [sys.executable, script, *overrides], cwd=REPO, env=env, capture_output=True, text=True, timeout=600
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    return done.stdout
+
+
+def tiny_dataset(tiny_dir: Path) -> list[str]:
+    return [
+        "dataset=msmarco_passage", f"dataset.root={tiny_dir}", "dataset.name=tiny",
+        "dataset.queries.dev=queries.dev.tsv", "dataset.qrels.dev=qrels.dev.tsv",
+    ]  # fmt: skip
+
+
+@pytest.mark.slow
+def test_train_then_evaluate(tiny_dir: Path, tmp_path: Path) -> None:
+    out = tmp_path / "train"
+    stdout = run_app(
+        "train.py", *tiny_dataset(tiny_dir), "backbone=tiny_random", "logger=wandb", "trainer=cpu",
+        "trainer.max_epochs=2", "data.batch_size=8", "data.val_queries=10", "eval.k=100", f"hydra.run.dir={out}",
+    )  # fmt: skip
+    assert "| BM25 |" in stdout and "| dense |" in stdout
+    results = json.loads((out / "results.json").read_text())
+    assert set(results["metrics"]) == {"BM25", "dense"} and results["queries"] == 30
+    assert 0.0 <= results["metrics"]["dense"]["MRR@10"] <= 1.0
+    assert (out / "run.dev.trec").exists() and (out / "run.dev.bm25.trec").exists()
+    assert list((out / "checkpoints").glob("epoch*.ckpt"))
+    offline_runs = list((out / "wandb").glob("offline-run-*"))
+    assert offline_runs, "wandb should have written an offline run"
+    config = (out / "run_config.yaml").read_text().splitlines()
+    assert config[:3] == ["method_name: dense", "backbone_name: tiny_random", "dataset_name: msmarco_passage"]
+
+    evaluated = tmp_path / "evaluate"
+    stdout = run_app("evaluate.py", f"run_dir={out}", "eval.k=100", f"hydra.run.dir={evaluated}")
+    again = json.loads((evaluated / "results.json").read_text())
+    assert again["metrics"]["dense"] == pytest.approx(results["metrics"]["dense"], abs=1e-6)
+
+
+@pytest.mark.slow
+def test_bm25_method_needs_no_training(tiny_dir: Path, tmp_path: Path) -> None:
+    out = tmp_path / "bm25"
+    run_app("train.py", *tiny_dataset(tiny_dir), "method=bm25", "logger=none", "eval.k=100", f"hydra.run.dir={out}")
+    results = json.loads((out / "results.json").read_text())
+    assert results["metrics"]["bm25"] == results["metrics"]["BM25"]
+    assert results["metrics"]["BM25"]["R@100"] > 0.5

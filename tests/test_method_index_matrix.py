@@ -1,0 +1,60 @@
+"""Every method × index pair that applies, on a tiny random backbone created here (skips only where a pair
+cannot apply: BM25 has no vectors for faiss, a dense model has no Lucene postings)."""
+
+import numpy as np
+import pytest
+import torch
+
+from retrieval_zoo.backbones import TinyRandomBackbone
+from retrieval_zoo.index.dense import DenseRetriever, FaissIndex
+from retrieval_zoo.methods.bm25 import BM25Method
+from retrieval_zoo.methods.dense import DenseBiEncoder
+
+METHODS = ["bm25", "dense_mean", "dense_cls"]
+INDEXES = ["lucene", "faiss_flat", "faiss_hnsw"]
+APPLIES = {"bm25": {"lucene"}, "dense_mean": {"faiss_flat", "faiss_hnsw"}, "dense_cls": {"faiss_flat", "faiss_hnsw"}}
+
+
+def make(method: str):
+    if method == "bm25":
+        return BM25Method(threads=2)
+    pooling = method.split("_")[1]
+    return DenseBiEncoder(TinyRandomBackbone(hidden_size=32), pooling=pooling, encode_batch_size=64).eval()
+
+
+@pytest.mark.parametrize("index", INDEXES)
+@pytest.mark.parametrize("method", METHODS)
+def test_method_index(method: str, index: str, tiny) -> None:
+    if index not in APPLIES[method]:
+        pytest.skip(f"{method} has no {index} representation")
+    model = make(method)
+    queries = dict(list(tiny.judged_queries("dev").items())[:10])
+    if index == "lucene":
+        run = model.build_retriever(tiny).search(queries, 20)
+        assert all(0 < len(docs) <= 20 for docs in run.values())
+        return
+    factory = {"faiss_flat": "Flat", "faiss_hnsw": "HNSW32"}[index]
+    retriever = DenseRetriever(model, tiny.corpus, factory=factory, batch_size=64)
+    run = retriever.search(queries, 10)
+    # Brute force with the method's own score function is the reference.
+    with torch.inference_mode():
+        docids = list(tiny.corpus)
+        d = model.encode_doc([tiny.corpus[x] for x in docids])
+        q = model.encode_query(list(queries.values()))
+        scores = model.score(q, d)
+        top = scores.topk(10, dim=1)
+    column = {docid: i for i, docid in enumerate(docids)}
+    for row, qid in enumerate(queries):
+        exact = [docids[i] for i in top.indices[row].tolist()]
+        # The index returns each document with the score the method gives it (up to batching round-off) ...
+        returned = [scores[row, column[x]].item() for x in run[qid]]
+        assert np.allclose(returned, list(run[qid].values()), atol=1e-4)
+        if factory == "Flat":  # ... and Flat returns the exact top 10 (ties within round-off may swap).
+            assert np.allclose(sorted(run[qid].values(), reverse=True), top.values[row].numpy(), atol=1e-4)
+        else:
+            assert len(set(run[qid]) & set(exact)) >= 8
+
+
+def test_faiss_rejects_mismatched_ids() -> None:
+    with pytest.raises(ValueError, match="2 vectors for 3 document ids"):
+        FaissIndex().build(np.zeros((2, 4), dtype=np.float32), ["a", "b", "c"])
