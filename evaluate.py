@@ -1,7 +1,7 @@
 """Evaluate a trained run directory, or an untrained method, beside BM25.
 
-    python evaluate.py run_dir=outputs/2026-11-21/12-00-00      # the best checkpoint of a train.py run
-    python evaluate.py method=bm25 dataset=msmarco_passage dataset.root=/data/msmarco
+python evaluate.py run_dir=outputs/2026-11-21/12-00-00      # the best checkpoint of a train.py run
+python evaluate.py method=bm25 dataset=msmarco_passage dataset.root=/data/msmarco
 """
 
 from __future__ import annotations

@@ -14,8 +14,15 @@ from importlib import metadata
 from pathlib import Path
 
 import torch
-from transformers import AutoModel, AutoModelForMaskedLM, AutoTokenizer, BertConfig, BertForMaskedLM
-from transformers import PreTrainedModel, PreTrainedTokenizerBase
+from transformers import (
+    AutoModel,
+    AutoModelForMaskedLM,
+    AutoTokenizer,
+    BertConfig,
+    BertForMaskedLM,
+    PreTrainedModel,
+    PreTrainedTokenizerBase,
+)
 from transformers.utils import logging as hf_logging
 
 HUB_HOST = "huggingface.co"

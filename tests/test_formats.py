@@ -26,7 +26,8 @@ def write(path: Path, text: str) -> Path:
 def test_tsv_round_trip_gz(tmp_path: Path) -> None:
     table = {"1": "first doc", "7": "second\tdoc with a tab"}
     write_id_text_tsv(tmp_path / "c.tsv.gz", table)
-    assert gzip.open(tmp_path / "c.tsv.gz", "rt").read() == "1\tfirst doc\n7\tsecond doc with a tab\n"
+    with gzip.open(tmp_path / "c.tsv.gz", "rt") as f:
+        assert f.read() == "1\tfirst doc\n7\tsecond doc with a tab\n"
     assert read_id_text_tsv(tmp_path / "c.tsv.gz") == {"1": "first doc", "7": "second doc with a tab"}
 
 

@@ -36,9 +36,7 @@ DEFAULT_DOCS = 10_000
 def read_text(path: Path) -> str:
     """Read a Debian list file, decompressing ``.lz4`` through apt's own helper."""
     if path.suffix == ".lz4":
-        out = subprocess.run(
-            ["/usr/lib/apt/apt-helper", "cat-file", str(path)], check=True, capture_output=True
-        )
+        out = subprocess.run(["/usr/lib/apt/apt-helper", "cat-file", str(path)], check=True, capture_output=True)
         return out.stdout.decode("utf-8")
     return path.read_text(encoding="utf-8")
 

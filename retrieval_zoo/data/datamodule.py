@@ -121,10 +121,7 @@ class TriplesDataModule(L.LightningDataModule):
         qrels = self.collection.qrels[self.collection.train_split]
         queries = self.collection.judged_queries(self.collection.train_split)
         self.train_qids = sorted(queries)
-        if self.negatives_run:
-            run = read_run(self.negatives_run)
-        else:
-            run = self.bm25.search(queries, self.negative_depth)
+        run = read_run(self.negatives_run) if self.negatives_run else self.bm25.search(queries, self.negative_depth)
         positives = {q: sorted(d for d, g in qrels[q].items() if g > 0) for q in self.train_qids}
         self.sampling = GroupSampling(
             positives=positives,

@@ -37,9 +37,7 @@ def interpolate(
         a = normalize(run_a.get(qid, {}), normalization)
         b = normalize(run_b.get(qid, {}), normalization)
         floor_a, floor_b = min(a.values(), default=0.0), min(b.values(), default=0.0)
-        fused[qid] = {
-            d: weight_a * a.get(d, floor_a) + weight_b * b.get(d, floor_b) for d in a.keys() | b.keys()
-        }
+        fused[qid] = {d: weight_a * a.get(d, floor_a) + weight_b * b.get(d, floor_b) for d in a.keys() | b.keys()}
     return fused
 
 
