@@ -38,18 +38,15 @@ def evaluate_method(
     """
     queries = collection.judged_queries(split)
     qrels = collection.qrels[split]
-    results, timings = {}, {}
     if model.trainable:
         model.eval().to("cuda" if torch.cuda.is_available() else "cpu")
-    for system, retriever_of in (("BM25", lambda: bm25), (name, lambda: model.build_retriever(collection))):
-        if system == name and not model.trainable and results:
-            results[name] = results["BM25"]
-            continue
+    results, timings = {}, {}
+    for system, run_name in (("BM25", f"run.{split}.bm25.trec"), (name, f"run.{split}.trec")):
         started = time.perf_counter()
-        run = retriever_of().search(queries, k)
+        retriever = bm25 if system == "BM25" else model.build_retriever(collection)
+        run = retriever.search(queries, k)
         timings[system] = time.perf_counter() - started
-        suffix = ".bm25" if system == "BM25" else ""
-        write_run(out_dir / f"run.{split}{suffix}.trec", run, tag=system)
+        write_run(out_dir / run_name, run, tag=system)
         results[system] = evaluate(run, qrels)
     table = format_table(results)
     print(f"\n{collection.name} / {split}: {len(queries):,} judged queries, depth {k}\n{table}\n")

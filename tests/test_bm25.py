@@ -25,14 +25,29 @@ def test_term_weights_sum_to_the_pair_score(tiny, tiny_bm25) -> None:
     queries = tiny.judged_queries("dev")
     qid = next(iter(queries))
     docid = next(iter(tiny_bm25.search(queries, k=1)[qid]))
-    weights = tiny_bm25.document_term_weights(docid)
-    terms = tiny_bm25.reader.analyze(queries[qid])  # BM25(q, d) = Σ over query terms of w(t, d)
+    [weights] = tiny_bm25.document_term_weights([docid])
+    terms = tiny_bm25.analyze(queries[qid])  # BM25(q, d) = Σ over query terms of w(t, d)
     expected = tiny_bm25.pair_scores(queries, [(qid, docid)])[0]
     assert sum(weights.get(t, 0.0) for t in terms) == pytest.approx(float(expected), rel=1e-4)
-    idf = tiny_bm25.query_idf(queries[qid])
+    [idf] = tiny_bm25.query_idf([queries[qid]])
     assert set(idf) <= set(terms) and all(v > 0 for v in idf.values())
-    df = {t: tiny_bm25.reader.get_term_counts(t, analyzer=None)[0] for t in idf}
+    df = dict(zip(idf, tiny_bm25.document_frequencies(list(idf)), strict=True))
     rare, common = min(df, key=df.get), max(df, key=df.get)
     assert idf[rare] >= idf[common]
     with pytest.raises(KeyError, match="unknown document id"):
-        tiny_bm25.document_term_weights("no-such-doc")
+        tiny_bm25.document_term_weights([docid, "no-such-doc"])
+
+
+def test_a_cache_that_does_not_match_the_collection_is_an_error(tiny, tiny_bm25) -> None:
+    import json
+
+    from retrieval_zoo.lexical.bm25 import BM25
+
+    ready = tiny_bm25.index_dir / "ready.json"
+    original = ready.read_text()
+    try:
+        ready.write_text(json.dumps({**json.loads(original), "documents": 3}))
+        with pytest.raises(ValueError, match="cached index holds 3 documents"):
+            BM25(tiny, threads=2).index_dir  # noqa: B018
+    finally:
+        ready.write_text(original)

@@ -58,3 +58,16 @@ def test_bm25_method_needs_no_training(tiny_dir: Path, tmp_path: Path) -> None:
     results = json.loads((out / "results.json").read_text())
     assert results["metrics"]["bm25"] == results["metrics"]["BM25"]
     assert results["metrics"]["BM25"]["R@100"] > 0.5
+
+
+@pytest.mark.slow
+def test_multirun_gives_each_job_its_own_directory(tiny_dir: Path, tmp_path: Path) -> None:
+    sweep = tmp_path / "sweep"
+    run_app(
+        "train.py", "-m", *tiny_dataset(tiny_dir), "method=bm25", "logger=none", "eval.k=100", "method.k1=0.6,1.2",
+        f"hydra.sweep.dir={sweep}",
+    )  # fmt: skip
+    results = sorted(sweep.glob("*/results.json"))
+    assert len(results) == 2
+    metrics = [json.loads(p.read_text())["metrics"]["bm25"] for p in results]
+    assert metrics[0] != metrics[1]  # different k1, different scores

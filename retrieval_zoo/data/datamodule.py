@@ -2,14 +2,13 @@
 
 Optional batch fields are filled only when the method declares it needs them (``method.needs``):
 ``bm25_scores`` (BM25 of every pair of the group), ``bm25_vectors`` (BM25 term weights of documents and IDF of
-queries) and ``teacher_scores`` (from a run file, for distillation). All BM25 work through Java happens in
-:meth:`TriplesDataModule.setup`, in the main process, before any DataLoader worker starts.
+queries) and ``teacher_scores`` (from a run file, for distillation). All BM25 work happens once in
+:meth:`TriplesDataModule.setup`, before training, so no training step waits on Java.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from pathlib import Path
 
 import lightning as L
 import torch
@@ -81,7 +80,7 @@ class TriplesDataModule(L.LightningDataModule):
         epochs: Epochs whose groups are precomputed for random negatives' BM25 scores (None: trainer's max).
         val_split: Split of the validation queries.
         val_queries: Validation queries, a fixed subset of the judged ones (None = all).
-        num_workers: DataLoader workers; they start with ``spawn`` so no worker inherits the JVM.
+        num_workers: DataLoader workers (the JVM lives in its own process, so they may fork).
     """
 
     def __init__(
@@ -157,7 +156,6 @@ class TriplesDataModule(L.LightningDataModule):
             drop_last=True,
             collate_fn=self.collate,
             num_workers=self.num_workers,
-            multiprocessing_context="spawn" if self.num_workers else None,
             persistent_workers=self.num_workers > 0,
         )
 
@@ -182,8 +180,3 @@ class TriplesDataModule(L.LightningDataModule):
             batch.bm25_query_vectors = [tables["query_idf"][q] for q in qids]
             batch.bm25_doc_vectors = [tables["doc_weights"][d] for d in flat]
         return batch
-
-    @property
-    def negatives_source(self) -> str:
-        """What the negative pool was read from, for the run config."""
-        return str(Path(self.negatives_run)) if self.negatives_run else f"bm25_top{self.negative_depth}"

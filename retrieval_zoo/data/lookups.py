@@ -10,7 +10,6 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 import torch
-from tqdm import tqdm
 
 from retrieval_zoo.data.formats import Run
 from retrieval_zoo.data.negatives import GroupSampling
@@ -83,6 +82,6 @@ def precompute_fields(
         tables["teacher_scores"] = PairTable("teacher_scores", teacher_run or {})
     if "bm25_vectors" in needs:
         docids = sorted({d for docs in pairs.values() for d in docs})
-        tables["doc_weights"] = {d: bm25.document_term_weights(d) for d in tqdm(docids, desc="bm25 doc vectors")}
-        tables["query_idf"] = {q: bm25.query_idf(queries[q]) for q in tqdm(qids, desc="bm25 query idf")}
+        tables["doc_weights"] = dict(zip(docids, bm25.document_term_weights(docids), strict=True))
+        tables["query_idf"] = dict(zip(qids, bm25.query_idf([queries[q] for q in qids]), strict=True))
     return tables

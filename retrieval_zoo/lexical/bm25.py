@@ -1,15 +1,14 @@
 """BM25 through pyserini's Lucene: index, batch runs, pair scores, term-weight vectors and query IDF.
 
 Artifacts are cached under :func:`retrieval_zoo.cache.cache_root`, keyed by the corpus content (index) and by
-the queries, depth and (k1, b) (runs), and written atomically. Every Java call happens in the calling process;
-call these before DataLoader workers start (forking after the JVM starts breaks Lucene in the child).
+the queries, depth and (k1, b) (runs), and written atomically. Every Java call runs in the JVM worker process
+(:class:`retrieval_zoo.lexical.java.LuceneWorker`), never in the calling one.
 """
 
 from __future__ import annotations
 
 import gzip
 import json
-import math
 import os
 import shutil
 import tempfile
@@ -18,12 +17,12 @@ from functools import cached_property
 from pathlib import Path
 
 import numpy as np
-from tqdm import tqdm
 
 from retrieval_zoo.cache import atomic_path, cache_root, fingerprint
 from retrieval_zoo.data.collections import Collection
 from retrieval_zoo.data.formats import Run, read_run, write_id_text_tsv
-from retrieval_zoo.lexical.java import pyserini_lucene
+from retrieval_zoo.lexical import lucene_ops
+from retrieval_zoo.lexical.java import LuceneWorker
 
 INDEX_FORMAT = "lucene-json-docvectors-v1"
 
@@ -57,10 +56,17 @@ class BM25:
         path = self.cache / "bm25" / f"index-{fingerprint(self.collection.corpus_fingerprint, INDEX_FORMAT)}"
         if not (path / "ready.json").exists():
             self._build_index(path)
+        stats = json.loads((path / "ready.json").read_text())
+        corpus = self.collection.corpus
+        if stats.get("corpus") != self.collection.corpus_fingerprint or stats["documents"] != len(corpus):
+            raise ValueError(
+                f"{path}: cached index holds {stats['documents']:,} documents of corpus {stats.get('corpus')}, but "
+                f"{self.collection.name} has {len(self.collection.corpus):,} documents (corpus "
+                f"{self.collection.corpus_fingerprint}); delete the directory to rebuild it"
+            )
         return path
 
     def _build_index(self, path: Path) -> None:
-        _, _, autoclass = pyserini_lucene()
         started = time.perf_counter()
         with atomic_path(path.with_name(path.name + ".jsonl")) as docs_dir, atomic_path(path) as tmp_index:
             docs_dir.mkdir()
@@ -71,25 +77,12 @@ class BM25:
             args += ["-generator", "DefaultLuceneDocumentGenerator", "-threads", str(self.threads)]
             args += ["-storeDocvectors", "-quiet"]
             print(f"[bm25] indexing {len(self.collection.corpus):,} documents of {self.collection.name}")
-            autoclass("io.anserini.index.IndexCollection").main(args)
+            LuceneWorker.call(lucene_ops.run_main, "io.anserini.index.IndexCollection", args)
             seconds = time.perf_counter() - started
-            stats = {"documents": len(self.collection.corpus), "seconds": seconds, "format": INDEX_FORMAT}
+            stats = {"documents": len(self.collection.corpus), "corpus": self.collection.corpus_fingerprint}
+            stats |= {"seconds": seconds, "format": INDEX_FORMAT}
             (tmp_index / "ready.json").write_text(json.dumps(stats))
         self.index_seconds = seconds
-
-    @cached_property
-    def searcher(self):  # noqa: ANN201 - pyserini's LuceneSearcher
-        """A pyserini LuceneSearcher with BM25(k1, b)."""
-        search_lucene, _, _ = pyserini_lucene()
-        searcher = search_lucene.LuceneSearcher(str(self.index_dir))
-        searcher.set_bm25(self.k1, self.b)
-        return searcher
-
-    @cached_property
-    def reader(self):  # noqa: ANN201 - pyserini's LuceneIndexReader
-        """A pyserini LuceneIndexReader over the same index."""
-        _, index_lucene, _ = pyserini_lucene()
-        return index_lucene.LuceneIndexReader(str(self.index_dir))
 
     def search(self, queries: dict[str, str], k: int) -> Run:
         """Retrieve the top ``k`` documents of each query, cached on disk.
@@ -108,7 +101,6 @@ class BM25:
         key = fingerprint(self.collection.corpus_fingerprint, sorted(queries.items()), k, self.k1, self.b)
         path = self.cache / "bm25" / "runs" / f"run-k{k}-{key}.trec.gz"
         if not path.exists():
-            _, _, autoclass = pyserini_lucene()
             print(f"[bm25] top-{k} for {len(queries):,} queries of {self.collection.name}")
             path.parent.mkdir(parents=True, exist_ok=True)
             with tempfile.TemporaryDirectory(dir=path.parent) as scratch:
@@ -118,13 +110,20 @@ class BM25:
                 args += ["-output", str(out), "-bm25", "-bm25.k1", str(self.k1), "-bm25.b", str(self.b)]
                 args += ["-hits", str(k), "-threads", str(self.threads), "-parallelism", str(self.threads)]
                 args += ["-runtag", f"bm25_k1={self.k1}_b={self.b}"]
-                autoclass("io.anserini.search.SearchCollection").main(args)
+                LuceneWorker.call(lucene_ops.run_main, "io.anserini.search.SearchCollection", args)
                 with atomic_path(path) as gz_path, open(out, "rb") as src, gzip.open(gz_path, "wb") as dst:
                     shutil.copyfileobj(src, dst)
         run = read_run(path)
         unknown = set(run) - set(queries)
         if unknown:
             raise ValueError(f"{path}: run holds queries that were not asked for: {sorted(unknown)[:5]}")
+        corpus = self.collection.corpus
+        stray = next(((q, d) for q, docs in run.items() for d in docs if d not in corpus), None)
+        if stray:
+            raise ValueError(
+                f"{path}: cached run retrieves document {stray[1]!r} (query {stray[0]!r}) unknown to "
+                f"{self.collection.name}; the cache does not match the collection, delete it"
+            )
         return {qid: run.get(qid, {}) for qid in queries}
 
     def pair_scores(self, queries: dict[str, str], pairs: list[tuple[str, str]]) -> np.ndarray:
@@ -137,30 +136,28 @@ class BM25:
         Returns:
             float32 array of shape (len(pairs),), equal to the scores the searcher gives the same pairs.
         """
-        search_lucene, _, _ = pyserini_lucene()
-        similarity = search_lucene.LuceneSimilarities.bm25(self.k1, self.b)
-        scores = np.empty(len(pairs), dtype=np.float32)
-        compute = self.reader.compute_query_document_score
-        for i, (qid, docid) in enumerate(tqdm(pairs, desc="bm25 pair scores", leave=False, mininterval=5)):
-            if docid not in self.collection.corpus:
-                raise KeyError(f"unknown document id {docid!r} for query {qid!r}")
-            scores[i] = compute(docid, queries[qid], similarity)
-        return scores
+        unknown = next(((q, d) for q, d in pairs if d not in self.collection.corpus), None)
+        if unknown:
+            raise KeyError(f"unknown document id {unknown[1]!r} for query {unknown[0]!r}")
+        texts = [(queries[qid], docid) for qid, docid in pairs]
+        return LuceneWorker.call(lucene_ops.pair_scores, str(self.index_dir), self.k1, self.b, texts)
 
-    def document_term_weights(self, docid: str) -> dict[str, float]:
-        """BM25 weight (IDF × TF saturation) of each analysed term in a document."""
-        vector = self.reader.get_document_vector(docid)
-        if vector is None:
-            raise KeyError(f"unknown document id {docid!r}")
-        weight = self.reader.compute_bm25_term_weight
-        return {t: float(weight(docid, t, analyzer=None, k1=self.k1, b=self.b)) for t in vector}
+    def document_term_weights(self, docids: list[str]) -> list[dict[str, float]]:
+        """Per document: analysed term → BM25 weight (IDF × TF saturation), as in Lucene's BM25 sum."""
+        vectors = LuceneWorker.call(lucene_ops.document_term_weights, str(self.index_dir), self.k1, self.b, docids)
+        missing = next((d for d, v in zip(docids, vectors, strict=True) if v is None), None)
+        if missing is not None:
+            raise KeyError(f"unknown document id {missing!r}")
+        return vectors
 
-    def query_idf(self, text: str) -> dict[str, float]:
-        """Lucene's BM25 IDF, log(1 + (N − df + 0.5)/(df + 0.5)), of each analysed query term (df > 0)."""
-        n_docs = self.reader.stats()["documents"]
-        idf = {}
-        for term in self.reader.analyze(text):
-            df, _ = self.reader.get_term_counts(term, analyzer=None)
-            if df > 0:
-                idf[term] = math.log(1 + (n_docs - df + 0.5) / (df + 0.5))
-        return idf
+    def query_idf(self, texts: list[str]) -> list[dict[str, float]]:
+        """Per query text: analysed term → Lucene's BM25 IDF, log(1 + (N − df + 0.5)/(df + 0.5)), df > 0."""
+        return LuceneWorker.call(lucene_ops.query_idf, str(self.index_dir), texts)
+
+    def analyze(self, text: str) -> list[str]:
+        """Lucene's analysis of ``text``: the terms BM25 matches on."""
+        return LuceneWorker.call(lucene_ops.analyze, str(self.index_dir), text)
+
+    def document_frequencies(self, terms: list[str]) -> list[int]:
+        """Document frequency of each analysed term."""
+        return LuceneWorker.call(lucene_ops.document_frequencies, str(self.index_dir), terms)

