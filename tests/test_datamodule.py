@@ -102,3 +102,32 @@ def test_global_batch_must_divide_by_world_size(tiny, tiny_bm25, monkeypatch) ->
     monkeypatch.setattr(dm, "_world", lambda: (0, 2))
     with pytest.raises(ValueError, match="does not divide by the world size 2"):
         dm.train_dataloader()
+
+
+def test_lightning_advances_the_sampler_epoch(tiny, tiny_bm25, tmp_path) -> None:
+    import lightning as L
+
+    seen: dict[int, list] = {}
+
+    class Recorder(L.LightningModule):
+        def __init__(self) -> None:
+            super().__init__()
+            self.weight = torch.nn.Parameter(torch.zeros(1))
+
+        def training_step(self, batch, batch_idx):
+            seen.setdefault(self.current_epoch, []).append((batch.qids, batch.docids))
+            return (self.weight * 0).sum()
+
+        def configure_optimizers(self):
+            return torch.optim.SGD(self.parameters(), lr=0.1)
+
+    dm = TriplesDataModule(tiny, tiny_bm25, batch_size=8, n_negatives=2, val_queries=None)
+    trainer = L.Trainer(
+        max_epochs=2, limit_val_batches=0, logger=False, enable_checkpointing=False, enable_progress_bar=False,
+        use_distributed_sampler=False, default_root_dir=str(tmp_path), enable_model_summary=False,
+    )  # fmt: skip
+    trainer.fit(Recorder(), datamodule=dm)
+    assert len(seen[0]) == len(seen[1]) == 120 // 8
+    assert seen[0] != seen[1]  # a new shuffle and new negatives each epoch
+    first_epoch_qids = sorted(q for qids, _ in seen[0] for q in qids)
+    assert first_epoch_qids == sorted(tiny.judged_queries("train"))

@@ -101,12 +101,13 @@ class BM25:
         key = fingerprint(self.collection.corpus_fingerprint, sorted(queries.items()), k, self.k1, self.b)
         path = self.cache / "bm25" / "runs" / f"run-k{k}-{key}.trec.gz"
         if not path.exists():
+            index_dir = self.index_dir
             print(f"[bm25] top-{k} for {len(queries):,} queries of {self.collection.name}")
             path.parent.mkdir(parents=True, exist_ok=True)
             with tempfile.TemporaryDirectory(dir=path.parent) as scratch:
                 topics, out = Path(scratch) / "topics.tsv", Path(scratch) / "run.trec"
                 write_id_text_tsv(topics, queries)
-                args = ["-index", str(self.index_dir), "-topics", str(topics), "-topicReader", "TsvString"]
+                args = ["-index", str(index_dir), "-topics", str(topics), "-topicReader", "TsvString"]
                 args += ["-output", str(out), "-bm25", "-bm25.k1", str(self.k1), "-bm25.b", str(self.b)]
                 args += ["-hits", str(k), "-threads", str(self.threads), "-parallelism", str(self.threads)]
                 args += ["-runtag", f"bm25_k1={self.k1}_b={self.b}"]
