@@ -131,3 +131,14 @@ def test_lightning_advances_the_sampler_epoch(tiny, tiny_bm25, tmp_path) -> None
     assert seen[0] != seen[1]  # a new shuffle and new negatives each epoch
     first_epoch_qids = sorted(q for qids, _ in seen[0] for q in qids)
     assert first_epoch_qids == sorted(tiny.judged_queries("train"))
+
+
+def test_a_negatives_run_with_unknown_ids_names_file_and_line(tiny, tiny_bm25, tmp_path) -> None:
+    from retrieval_zoo.data.formats import FormatError
+
+    qid = sorted(tiny.judged_queries("train"))[0]
+    doc = next(iter(tiny.corpus))
+    (tmp_path / "negatives.trec").write_text(f"{qid} Q0 {doc} 1 2.0 t\n{qid} Q0 no-such-doc 2 1.0 t\n")
+    dm = TriplesDataModule(tiny, tiny_bm25, negatives_run=str(tmp_path / "negatives.trec"))
+    with pytest.raises(FormatError, match=r"negatives.trec:2: unknown document id 'no-such-doc'"):
+        dm.setup("fit")

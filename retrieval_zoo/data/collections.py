@@ -12,7 +12,7 @@ from importlib import resources
 from pathlib import Path
 
 from retrieval_zoo.cache import file_digest, fingerprint
-from retrieval_zoo.data.formats import FormatError, Qrels, open_text, read_beir_jsonl, read_id_text_tsv, read_qrels
+from retrieval_zoo.data.formats import FormatError, Qrels, Run, open_text, read_beir_jsonl, read_id_text_tsv, read_qrels
 
 EMBEDDED_ROOT = Path(str(resources.files("retrieval_zoo") / "embedded"))
 
@@ -67,6 +67,16 @@ def _check_qrels(path: Path, qrels: Qrels, queries: dict[str, str], corpus: dict
         bad, what = (qid, "query") if qid not in queries else (unknown_doc, "document")
         lineno = _find_line(path, qid, bad)
         raise FormatError(path, lineno, f"unknown {what} id {bad!r}")
+
+
+def check_run_ids(path: str | Path, run: Run, queries: dict[str, str], corpus: dict[str, str]) -> None:
+    """Fail on the first run line whose query or document id the collection does not know, naming its line."""
+    for qid, scores in run.items():
+        unknown_doc = next((d for d in scores if d not in corpus), None)
+        if qid in queries and unknown_doc is None:
+            continue
+        bad, what = (qid, "query") if qid not in queries else (unknown_doc, "document")
+        raise FormatError(path, _find_line(Path(path), qid, bad), f"unknown {what} id {bad!r}")
 
 
 def _find_line(path: Path, qid: str, token: str | None) -> int | None:

@@ -14,8 +14,8 @@ import lightning as L
 import torch
 from torch.utils.data import DataLoader, Dataset
 
-from retrieval_zoo.data.collections import Collection
-from retrieval_zoo.data.formats import read_run
+from retrieval_zoo.data.collections import Collection, check_run_ids
+from retrieval_zoo.data.formats import Run, read_run
 from retrieval_zoo.data.lookups import PairTable, precompute_fields
 from retrieval_zoo.data.negatives import GroupSampling, ShardedEpochSampler, negative_pool
 from retrieval_zoo.lexical.bm25 import BM25
@@ -114,13 +114,17 @@ class TriplesDataModule(L.LightningDataModule):
         self.sampling: GroupSampling | None = None
 
     def setup(self, stage: str | None = None) -> None:
-        """Build the pool and sampling, and precompute every Java-backed field, in the main process."""
+        """Build the pool and sampling, and precompute every BM25 and teacher field, once, before training."""
         if self.sampling is not None:
             return
-        qrels = self.collection.qrels[self.collection.train_split]
-        queries = self.collection.judged_queries(self.collection.train_split)
+        split = self.collection.train_split
+        qrels = self.collection.qrels[split]
+        queries = self.collection.judged_queries(split)
         self.train_qids = sorted(queries)
-        run = read_run(self.negatives_run) if self.negatives_run else self.bm25.search(queries, self.negative_depth)
+        unjudged = len(self.collection.queries[split]) - len(queries)
+        if unjudged:
+            print(f"[data] {unjudged:,} {split} queries have no relevant document and are not trained on")
+        run = self._read_checked(self.negatives_run) or self.bm25.search(queries, self.negative_depth)
         positives = {q: sorted(d for d, g in qrels[q].items() if g > 0) for q in self.train_qids}
         self.sampling = GroupSampling(
             positives=positives,
@@ -130,14 +134,28 @@ class TriplesDataModule(L.LightningDataModule):
             seed=self.seed,
             random_negatives=self.random_negatives,
         )
+        empty = sum(1 for q in self.train_qids if not self.sampling.pool.get(q))
+        if empty and not self.random_negatives:
+            print(
+                f"[data] {empty:,} of {len(self.train_qids):,} training queries have no negative in the pool; "
+                "they take random negatives"
+            )
         epochs = self.epochs or (self.trainer.max_epochs if self.trainer and self.trainer.max_epochs else 1)
         self.tables = precompute_fields(
             self.needs, self.bm25, queries, self.sampling, self.train_qids, epochs,
             None if self.negatives_run else run,
-            read_run(self.teacher_run) if self.teacher_run else None,
+            self._read_checked(self.teacher_run),
         )  # fmt: skip
         val_queries = self.collection.judged_queries(self.val_split)
         self.val_qids = sorted(val_queries)[: self.val_queries] if self.val_queries else sorted(val_queries)
+
+    def _read_checked(self, path: str | None) -> Run | None:
+        """A run file whose query and document ids must all belong to the training collection."""
+        if not path:
+            return None
+        run = read_run(path)
+        check_run_ids(path, run, self.collection.queries[self.collection.train_split], self.collection.corpus)
+        return run
 
     def _world(self) -> tuple[int, int]:
         trainer = self.trainer
