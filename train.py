@@ -36,6 +36,8 @@ def main(cfg: DictConfig) -> dict[str, dict[str, float]]:
             make_trainer = instantiate(cfg.trainer, _partial_=True)
             trainer = make_trainer(default_root_dir=str(out_dir), logger=logger, callbacks=[checkpoint])
             trainer.fit(model, datamodule=datamodule, ckpt_path=cfg.resume_from)
+            if not trainer.is_global_zero:  # under DDP, rank 0 alone evaluates and writes the results
+                return {}
             best = checkpoint.best_model_path or checkpoint.last_model_path
             if best:
                 model.load_state_dict(torch.load(best, map_location="cpu", weights_only=False)["state_dict"])

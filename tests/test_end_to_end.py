@@ -71,3 +71,16 @@ def test_multirun_gives_each_job_its_own_directory(tiny_dir: Path, tmp_path: Pat
     assert len(results) == 2
     metrics = [json.loads(p.read_text())["metrics"]["bm25"] for p in results]
     assert metrics[0] != metrics[1]  # different k1, different scores
+
+
+@pytest.mark.slow
+def test_ddp_on_two_cpu_processes(tiny_dir: Path, tmp_path: Path) -> None:
+    out = tmp_path / "ddp"
+    stdout = run_app(
+        "train.py", *tiny_dataset(tiny_dir), "backbone=tiny_random", "trainer=cpu", "trainer.devices=2",
+        "trainer.strategy=ddp", "data.batch_size=8", "data.val_queries=10", "eval.k=100", "logger=csv",
+        f"hydra.run.dir={out}",
+    )  # fmt: skip
+    assert stdout.count("| BM25 |") == 1  # rank 0 alone evaluates
+    steps = [line.split(",")[1] for line in (out / "csv" / "metrics.csv").read_text().splitlines()[1:]]
+    assert max(map(int, steps)) == 2 * 120 // 8 - 1  # 2 epochs of global batches of 8 over 120 queries
