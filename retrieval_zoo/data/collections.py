@@ -6,6 +6,7 @@ fingerprint, so every artifact derived from it (BM25 index, runs, encodings) is 
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
 from importlib import resources
@@ -58,21 +59,10 @@ class Collection:
         return {qid: queries[qid] for qid, judged in self.qrels[split].items() if any(r > 0 for r in judged.values())}
 
 
-def _check_qrels(path: Path, qrels: Qrels, queries: dict[str, str], corpus: dict[str, str]) -> None:
-    """Fail on a qrels line whose query or document id is unknown, naming its line."""
-    for qid, judged in qrels.items():
-        unknown_doc = next((d for d in judged if d not in corpus), None)
-        if qid in queries and unknown_doc is None:
-            continue
-        bad, what = (qid, "query") if qid not in queries else (unknown_doc, "document")
-        lineno = _find_line(path, qid, bad)
-        raise FormatError(path, lineno, f"unknown {what} id {bad!r}")
-
-
-def check_run_ids(path: str | Path, run: Run, queries: dict[str, str], corpus: dict[str, str]) -> None:
-    """Fail on the first run line whose query or document id the collection does not know, naming its line."""
-    for qid, scores in run.items():
-        unknown_doc = next((d for d in scores if d not in corpus), None)
+def check_ids(path: str | Path, table: Qrels | Run, queries: Mapping[str, str], corpus: Mapping[str, str]) -> None:
+    """Fail on the first line of a qrels or run file whose query or document id is unknown, naming the line."""
+    for qid, docs in table.items():
+        unknown_doc = next((d for d in docs if d not in corpus), None)
         if qid in queries and unknown_doc is None:
             continue
         bad, what = (qid, "query") if qid not in queries else (unknown_doc, "document")
@@ -116,7 +106,7 @@ def msmarco_tsv(
     split_qrels = {}
     for split, f in qrels.items():
         split_qrels[split] = read_qrels(base / f)
-        _check_qrels(base / f, split_qrels[split], split_queries.get(split, {}), corpus)
+        check_ids(base / f, split_qrels[split], split_queries.get(split, {}), corpus)
     files = [base / collection, *(base / f for f in queries.values()), *(base / f for f in qrels.values())]
     return Collection(name, corpus, split_queries, split_qrels, files, train_split, eval_split)
 
@@ -148,7 +138,7 @@ def beir(name: str, root: str, splits: list[str], train_split: str = "train", ev
     for split in splits:
         path = base / "qrels" / f"{split}.tsv"
         split_qrels[split] = read_qrels(path)
-        _check_qrels(path, split_qrels[split], all_queries, corpus)
+        check_ids(path, split_qrels[split], all_queries, corpus)
         split_queries[split] = {q: all_queries[q] for q in split_qrels[split]}
     files = [base / "corpus.jsonl", base / "queries.jsonl", *(base / "qrels" / f"{s}.tsv" for s in splits)]
     return Collection(name, corpus, split_queries, split_qrels, files, train_split, eval_split)

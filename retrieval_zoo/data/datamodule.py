@@ -14,7 +14,7 @@ import lightning as L
 import torch
 from torch.utils.data import DataLoader, Dataset
 
-from retrieval_zoo.data.collections import Collection, check_run_ids
+from retrieval_zoo.data.collections import Collection, check_ids
 from retrieval_zoo.data.formats import Run, read_run
 from retrieval_zoo.data.lookups import PairTable, precompute_fields
 from retrieval_zoo.data.negatives import GroupSampling, ShardedEpochSampler, negative_pool
@@ -154,7 +154,7 @@ class TriplesDataModule(L.LightningDataModule):
         if not path:
             return None
         run = read_run(path)
-        check_run_ids(path, run, self.collection.queries[self.collection.train_split], self.collection.corpus)
+        check_ids(path, run, self.collection.queries[self.collection.train_split], self.collection.corpus)
         return run
 
     def _world(self) -> tuple[int, int]:
