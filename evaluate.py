@@ -43,8 +43,12 @@ def main(cfg: DictConfig) -> dict[str, dict[str, float]]:
         trained_cfg, model = load_trained(Path(cfg.run_dir))
         name = str(trained_cfg.method_name)
         overridden = {o.split("=")[0].lstrip("+~") for o in HydraConfig.get().overrides.task}
-        keep = {"eval"} | {k for k in ("dataset", "bm25") if any(o.startswith(k) for o in overridden)}
-        cfg = OmegaConf.merge(trained_cfg, {k: cfg[k] for k in keep})
+        taken = ["eval"] + [k for k in ("dataset", "bm25") if any(o.startswith(k) for o in overridden)]
+        if "dataset" in taken:
+            taken.append("dataset_name")
+        for key in taken:  # replaced whole, not merged: another dataset has other keys
+            OmegaConf.update(trained_cfg, key, OmegaConf.to_container(cfg, resolve=True)[key], merge=False)
+        cfg = trained_cfg
     else:
         model, name = instantiate(cfg.method), str(cfg.method_name)
     collection, bm25 = build_collection_and_bm25(cfg)

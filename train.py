@@ -22,12 +22,13 @@ def main(cfg: DictConfig) -> dict[str, dict[str, float]]:
     L.seed_everything(cfg.seed, workers=True)
     torch.set_float32_matmul_precision("high")
     collection, bm25 = build_collection_and_bm25(cfg)
-    OmegaConf.save(OmegaConf.create(run_config(cfg)), out_dir / "run_config.yaml")
+    config = run_config(cfg)
+    OmegaConf.save(OmegaConf.create(config), out_dir / "run_config.yaml")
     model = instantiate(cfg.method)
     names = identity(cfg)
     logger = make_logger(
         **cfg.logger, save_dir=str(out_dir), run_name=out_dir.name, group=names["method"],
-        tags=[f"backbone:{names['backbone']}", f"dataset:{names['dataset']}"], config=run_config(cfg),
+        tags=[f"backbone:{names['backbone']}", f"dataset:{names['dataset']}"], config=config,
     )  # fmt: skip
     try:
         if model.trainable:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
@@ -54,3 +55,19 @@ def tiny_bm25(tiny: Collection):
     from retrieval_zoo.lexical.bm25 import BM25
 
     return BM25(tiny, k1=0.9, b=0.4, threads=2)
+
+
+def beir_layout(tiny_dir: Path, root: Path) -> Path:
+    """Write the tiny slice as a BEIR directory (corpus.jsonl, queries.jsonl, qrels/test.tsv from its dev split)."""
+
+    def jsonl(src: Path, dst: Path) -> None:
+        rows = [line.split("\t", 1) for line in src.read_text().splitlines()]
+        dst.write_text("".join(json.dumps({"_id": i, "text": t}) + "\n" for i, t in rows))
+
+    (root / "qrels").mkdir(parents=True, exist_ok=True)
+    jsonl(tiny_dir / "collection.tsv", root / "corpus.jsonl")
+    jsonl(tiny_dir / "queries.dev.tsv", root / "queries.jsonl")
+    lines = [line.split("\t") for line in (tiny_dir / "qrels.dev.tsv").read_text().splitlines()]
+    body = "".join(f"{q}\t{d}\t{r}\n" for q, _, d, r in lines)
+    (root / "qrels" / "test.tsv").write_text("query-id\tcorpus-id\tscore\n" + body)
+    return root

@@ -13,6 +13,7 @@ from retrieval_zoo.backbones import Backbone
 from retrieval_zoo.data.collections import Collection
 from retrieval_zoo.loggers import make_logger
 from retrieval_zoo.methods.base import RetrievalMethod
+from tests.conftest import beir_layout
 
 CONF = Path(__file__).resolve().parents[1] / "conf"
 
@@ -31,21 +32,6 @@ def msmarco_layout(root: Path, tiny_dir: Path) -> None:
         (root / name).write_text((tiny_dir / name).read_text())
     (root / "queries.dev.small.tsv").write_text((tiny_dir / "queries.dev.tsv").read_text())
     (root / "qrels.dev.small.tsv").write_text((tiny_dir / "qrels.dev.tsv").read_text())
-
-
-def beir_layout(root: Path, tiny_dir: Path) -> None:
-    import json
-
-    def jsonl(src: Path, dst: Path) -> None:
-        rows = [line.split("\t", 1) for line in src.read_text().splitlines()]
-        dst.write_text("".join(json.dumps({"_id": i, "text": t}) + "\n" for i, t in rows))
-
-    jsonl(tiny_dir / "collection.tsv", root / "corpus.jsonl")
-    jsonl(tiny_dir / "queries.dev.tsv", root / "queries.jsonl")
-    (root / "qrels").mkdir()
-    lines = [line.split("\t") for line in (tiny_dir / "qrels.dev.tsv").read_text().splitlines()]
-    body = "".join(f"{q}\t{d}\t{r}\n" for q, _, d, r in lines)
-    (root / "qrels" / "test.tsv").write_text("query-id\tcorpus-id\tscore\n" + body)
 
 
 @pytest.mark.parametrize("method", names("method"))
@@ -81,7 +67,7 @@ def test_every_dataset_instantiates(dataset: str, tiny_dir: Path, tmp_path: Path
         msmarco_layout(tmp_path, tiny_dir)
         overrides.append(f"dataset.root={tmp_path}")
     if dataset == "beir":
-        beir_layout(tmp_path, tiny_dir)
+        beir_layout(tiny_dir, tmp_path)
         overrides.append(f"dataset.root={tmp_path}")
     collection = instantiate(composed(*overrides).dataset)
     assert isinstance(collection, Collection)

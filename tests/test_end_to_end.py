@@ -8,6 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.conftest import beir_layout
+
 REPO = Path(__file__).resolve().parents[1]
 
 
@@ -49,6 +51,14 @@ def test_train_then_evaluate(tiny_dir: Path, tmp_path: Path) -> None:
     stdout = run_app("evaluate.py", f"run_dir={out}", "eval.k=100", f"hydra.run.dir={evaluated}")
     again = json.loads((evaluated / "results.json").read_text())
     assert again["metrics"]["dense"] == pytest.approx(results["metrics"]["dense"], abs=1e-6)
+
+    # The same checkpoint on another collection format: the tiny dev split as a BEIR directory (test split).
+    beir_dir = beir_layout(tiny_dir, tmp_path / "beir")
+    on_beir = tmp_path / "evaluate_beir"
+    run_app("evaluate.py", f"run_dir={out}", "dataset=beir", f"dataset.root={beir_dir}", f"hydra.run.dir={on_beir}")
+    beir_results = json.loads((on_beir / "results.json").read_text())
+    assert beir_results["split"] == "test" and beir_results["queries"] == 30
+    assert beir_results["metrics"]["BM25"]["MRR@10"] == pytest.approx(results["metrics"]["BM25"]["MRR@10"], abs=1e-3)
 
 
 @pytest.mark.slow
