@@ -102,3 +102,10 @@ def test_debug_and_experiment_files_compose_and_instantiate(group: str, name: st
 def test_evaluate_config_composes() -> None:
     cfg = composed(config="evaluate")
     assert cfg.run_dir is None and instantiate(cfg.method).trainable is False
+
+
+def test_unknown_key_on_the_command_line_is_rejected() -> None:
+    from hydra.errors import ConfigCompositionException
+
+    with pytest.raises(ConfigCompositionException, match="no_such_key"):
+        composed("data.no_such_key=1")
