@@ -1,4 +1,4 @@
-"""SPLADE term vectors from a backbone with an MLM head (Formal et al., 2021, SPLADE v2 Eq. 1 with max pooling).
+"""SPLADE term vectors from a backbone with an MLM head (SPLADE v2, Formal et al., 2021; delade-dhr.md Eq. 20).
 
 w_j = max_i log(1 + ReLU(logit_ij)) over the tokens i of a text, for every vocabulary id j.
 

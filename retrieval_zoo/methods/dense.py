@@ -74,7 +74,7 @@ class DenseBiEncoder(RetrievalMethod):
         return self._encode(texts, self.doc_max_length)
 
     def score(self, queries: torch.Tensor, docs: torch.Tensor) -> torch.Tensor:
-        """Dot product of every query with every document: (B, H), (N, H) → (B, N)."""
+        """Dot product of every query with every document (CLEAR Eq. 4; DPR Eq. 1): (B, H), (N, H) → (B, N)."""
         return queries @ docs.T
 
     def losses(self, batch: TrainBatch) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]:

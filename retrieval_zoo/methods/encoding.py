@@ -10,13 +10,13 @@ from tqdm import tqdm
 
 
 def mean_pool(hidden: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
-    """Average of the token vectors over real tokens only. (B, L, H), (B, L) → (B, H)."""
+    """Average of the token vectors over real tokens only (CLEAR Eq. 2–3). (B, L, H), (B, L) → (B, H)."""
     mask = attention_mask.unsqueeze(-1).to(hidden.dtype)
     return (hidden * mask).sum(dim=1) / mask.sum(dim=1).clamp(min=1.0)
 
 
 def cls_pool(hidden: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
-    """The first ([CLS]) token's vector. (B, L, H) → (B, H)."""
+    """The first ([CLS]) token's vector (DPR; RoC Eq. 6). (B, L, H) → (B, H)."""
     return hidden[:, 0]
 
 
