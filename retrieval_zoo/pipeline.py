@@ -50,7 +50,8 @@ def evaluate_method(
         results[system] = evaluate(run, qrels)
     table = format_table(results)
     print(f"\n{collection.name} / {split}: {len(queries):,} judged queries, depth {k}\n{table}\n")
-    summary = {"collection": collection.name, "split": split, "queries": len(queries), "k": k}
+    summary = {"collection": collection.name, "collection_fingerprint": collection.fingerprint, "split": split}
+    summary |= {"queries": len(queries), "k": k}
     write_json(out_dir / "results.json", {**summary, "metrics": results, "seconds": timings})
     return results
 
