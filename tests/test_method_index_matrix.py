@@ -58,3 +58,20 @@ def test_method_index(method: str, index: str, tiny) -> None:
 def test_faiss_rejects_mismatched_ids() -> None:
     with pytest.raises(ValueError, match="2 vectors for 3 document ids"):
         FaissIndex().build(np.zeros((2, 4), dtype=np.float32), ["a", "b", "c"])
+
+
+def test_dense_on_a_local_distilbert_directory(tmp_path) -> None:
+    """backbone.path: any local Hugging Face directory, here a tiny random DistilBERT (no token_type_ids)."""
+    from transformers import DistilBertConfig, DistilBertForMaskedLM
+
+    from retrieval_zoo.backbones import Backbone
+
+    tokenizer = TinyRandomBackbone().load_tokenizer()
+    config = DistilBertConfig(vocab_size=tokenizer.vocab_size, dim=32, n_layers=1, n_heads=2, hidden_dim=64)
+    DistilBertForMaskedLM(config).save_pretrained(tmp_path)
+    tokenizer.save_pretrained(tmp_path)
+    model = DenseBiEncoder(Backbone("local_distilbert", path=str(tmp_path)), pooling="cls")
+    vectors = model.encode_doc(["a document", "another, longer document"])
+    assert vectors.shape == (2, 32)
+    with pytest.raises(FileNotFoundError, match="has no config.json"):
+        Backbone("missing", path=str(tmp_path / "nope")).source()

@@ -61,9 +61,9 @@ class DenseBiEncoder(RetrievalMethod):
 
     def _encode(self, texts: list[str], max_length: int) -> torch.Tensor:
         tokens = self.tokenizer(texts, padding=True, truncation=True, max_length=max_length, return_tensors="pt")
-        tokens = tokens.to(self.device)
-        hidden = self.encoder(**tokens).last_hidden_state
-        return POOLING[self.pooling](hidden, tokens["attention_mask"])
+        ids, mask = tokens["input_ids"].to(self.device), tokens["attention_mask"].to(self.device)
+        hidden = self.encoder(input_ids=ids, attention_mask=mask).last_hidden_state  # DistilBERT has no segments
+        return POOLING[self.pooling](hidden, mask)
 
     def encode_query(self, texts: list[str]) -> torch.Tensor:
         """(B,) texts → (B, H) query vectors."""
