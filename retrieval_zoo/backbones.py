@@ -82,16 +82,22 @@ class Backbone:
         self.name, self.package, self.package_subdir = name, package, package_subdir
         self.path, self.hub_id, self.has_mlm_head = path, hub_id, has_mlm_head
 
-    def source(self) -> str:
-        """A local directory, or a hub id known to be loadable now."""
+    def source(self) -> tuple[str, bool]:
+        """A local directory or a hub id known to be loadable now, and whether to load from local files only.
+
+        A hub id in the local cache loads with ``local_files_only`` when the hub is unreachable, so transformers
+        does not wait on the network.
+        """
         if self.path:
             if not (Path(self.path).expanduser() / "config.json").exists():
                 raise FileNotFoundError(f"backbone {self.name!r}: {self.path} has no config.json")
-            return str(Path(self.path).expanduser())
+            return str(Path(self.path).expanduser()), True
         if self.package:
-            return str(package_model_dir(self.package, self.package_subdir or ""))
-        if self.hub_id and (_in_hub_cache(self.hub_id) or _hub_reachable()):
-            return self.hub_id
+            return str(package_model_dir(self.package, self.package_subdir or "")), True
+        if self.hub_id:
+            reachable = _hub_reachable()
+            if reachable or _in_hub_cache(self.hub_id):
+                return self.hub_id, not reachable
         raise FileNotFoundError(
             f"backbone {self.name!r} ({self.hub_id}) is not in the local Hugging Face cache and the hub is not "
             f"reachable. Download it where there is network (`huggingface-cli download {self.hub_id} "
@@ -100,7 +106,8 @@ class Backbone:
 
     def load_tokenizer(self) -> PreTrainedTokenizerBase:
         """The backbone's tokenizer."""
-        return AutoTokenizer.from_pretrained(self.source())
+        source, local_only = self.source()
+        return AutoTokenizer.from_pretrained(source, local_files_only=local_only)
 
     def load_model(self, mlm_head: bool) -> PreTrainedModel:
         """The encoder; with ``mlm_head=True`` the masked-LM model (encoder + vocabulary projection)."""
@@ -109,7 +116,8 @@ class Backbone:
         cls = AutoModelForMaskedLM if mlm_head else AutoModel
         hf_logging.set_verbosity_error()  # an MLM checkpoint loaded as a bare encoder reports its unused head
         hf_logging.disable_progress_bar()
-        return cls.from_pretrained(self.source())
+        source, local_only = self.source()
+        return cls.from_pretrained(source, local_files_only=local_only)
 
 
 class TinyRandomBackbone(Backbone):
