@@ -34,3 +34,34 @@ def listwise_nll(scores: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
 def in_batch_accuracy(scores: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
     """Fraction of queries whose positive outscores every other candidate. (B, C), (B,) → scalar."""
     return (scores.argmax(dim=1) == targets).float().mean()
+
+
+def residual_margin(
+    lex_positive: torch.Tensor, lex_negative: torch.Tensor, xi: float, lambda_train: float
+) -> torch.Tensor:
+    """CLEAR's residual margin, Eq. 6: m_r = ξ − λ_train · (s_lex(q, d⁺) − s_lex(q, d⁻)).
+
+    Args:
+        lex_positive: (B,) lexical score of each query's positive.
+        lex_negative: (B, n) lexical scores of its n negatives.
+        xi: The constant bias ξ ≥ 0.
+        lambda_train: Weight of the lexical residual; 0 gives the constant margin ξ (Table 1's ablation).
+
+    Returns:
+        (B, n) margins.
+    """
+    return xi - lambda_train * (lex_positive.unsqueeze(1) - lex_negative)
+
+
+def residual_hinge(emb_positive: torch.Tensor, emb_negative: torch.Tensor, margin: torch.Tensor) -> torch.Tensor:
+    """CLEAR's hinge loss with a per-pair margin, Eq. 7: [m_r − s_emb(q, d⁺) + s_emb(q, d⁻)]₊, mean over pairs.
+
+    Args:
+        emb_positive: (B,) embedding score of each query's positive.
+        emb_negative: (B, n) embedding scores of its negatives.
+        margin: (B, n) margins (Eq. 6); a margin ≤ 0 on a pair already ordered gives no gradient.
+
+    Returns:
+        Scalar mean loss over the B·n triplets.
+    """
+    return torch.relu(margin - emb_positive.unsqueeze(1) + emb_negative).mean()

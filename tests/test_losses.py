@@ -60,3 +60,34 @@ def test_fast_splade_vectors_equal_the_naive_loop() -> None:
         fast = splade_vectors(model, x["input_ids"], x["attention_mask"], chunk=1000)
     assert fast.shape == (2, tokenizer.vocab_size) and (fast > 0).any()
     assert torch.allclose(fast, naive, atol=1e-5)
+
+
+def test_residual_margin_and_hinge_by_hand() -> None:
+    from retrieval_zoo.losses import residual_hinge, residual_margin
+
+    lex_pos = torch.tensor([12.0, 3.0])
+    lex_neg = torch.tensor([[2.0, 14.0], [3.0, 1.0]])
+    margin = residual_margin(lex_pos, lex_neg, xi=1.0, lambda_train=0.1)
+    # Eq. 6: 1 − 0.1·(12 − 2) = 0, 1 − 0.1·(12 − 14) = 1.2, 1 − 0 = 1, 1 − 0.1·2 = 0.8
+    assert torch.allclose(margin, torch.tensor([[0.0, 1.2], [1.0, 0.8]]))
+    emb_pos = torch.tensor([5.0, 1.0], requires_grad=True)
+    emb_neg = torch.tensor([[4.0, 4.5], [0.5, 2.0]], requires_grad=True)
+    loss = residual_hinge(emb_pos, emb_neg, margin)
+    # Eq. 7 per triplet: [0 − 5 + 4]₊ = 0, [1.2 − 5 + 4.5]₊ = 0.7, [1 − 1 + 0.5]₊ = 0.5, [0.8 − 1 + 2]₊ = 1.8
+    assert loss.item() == pytest.approx((0 + 0.7 + 0.5 + 1.8) / 4)
+    loss.backward()
+    # The first triplet is inactive: its negative gets no gradient; active triplets push with ±1/4.
+    assert emb_neg.grad.tolist() == [[0.0, 0.25], [0.25, 0.25]]
+    assert emb_pos.grad.tolist() == [-0.25, -0.5]
+
+
+def test_negative_residual_margin_gives_zero_gradient() -> None:
+    from retrieval_zoo.losses import residual_hinge, residual_margin
+
+    margin = residual_margin(torch.tensor([30.0]), torch.tensor([[5.0]]), xi=1.0, lambda_train=0.1)
+    assert margin.item() == pytest.approx(-1.5)  # BM25 already separates the pair by a wide margin
+    emb_pos = torch.tensor([0.2], requires_grad=True)
+    emb_neg = torch.tensor([[0.4]], requires_grad=True)
+    loss = residual_hinge(emb_pos, emb_neg, margin)  # [−1.5 − 0.2 + 0.4]₊ = 0
+    loss.backward()
+    assert loss.item() == 0.0 and emb_pos.grad.item() == 0.0 and emb_neg.grad.item() == 0.0

@@ -8,16 +8,24 @@ import torch
 from retrieval_zoo.backbones import TinyRandomBackbone
 from retrieval_zoo.index.dense import DenseRetriever, FaissIndex
 from retrieval_zoo.methods.bm25 import BM25Method
+from retrieval_zoo.methods.clear import CLEAR
 from retrieval_zoo.methods.dense import DenseBiEncoder
 
-METHODS = ["bm25", "dense_mean", "dense_cls"]
-INDEXES = ["lucene", "faiss_flat", "faiss_hnsw"]
-APPLIES = {"bm25": {"lucene"}, "dense_mean": {"faiss_flat", "faiss_hnsw"}, "dense_cls": {"faiss_flat", "faiss_hnsw"}}
+METHODS = ["bm25", "dense_mean", "dense_cls", "clear"]
+INDEXES = ["lucene", "faiss_flat", "faiss_hnsw", "hybrid"]
+APPLIES = {
+    "bm25": {"lucene"},
+    "dense_mean": {"faiss_flat", "faiss_hnsw"},
+    "dense_cls": {"faiss_flat", "faiss_hnsw"},
+    "clear": {"faiss_flat", "faiss_hnsw", "hybrid"},  # its embedding alone, or BM25 ∪ embedding
+}
 
 
 def make(method: str):
     if method == "bm25":
         return BM25Method(threads=2)
+    if method == "clear":
+        return CLEAR(TinyRandomBackbone(hidden_size=32), encode_batch_size=64, retrieval_depth=20).eval()
     pooling = method.split("_")[1]
     return DenseBiEncoder(TinyRandomBackbone(hidden_size=32), pooling=pooling, encode_batch_size=64).eval()
 
@@ -29,7 +37,7 @@ def test_method_index(method: str, index: str, tiny) -> None:
         pytest.skip(f"{method} has no {index} representation")
     model = make(method)
     queries = dict(list(tiny.judged_queries("dev").items())[:10])
-    if index == "lucene":
+    if index in ("lucene", "hybrid"):
         run = model.build_retriever(tiny).search(queries, 20)
         assert all(0 < len(docs) <= 20 for docs in run.values())
         return

@@ -70,8 +70,10 @@ class DenseRetriever:
         vectors = encode_all(method.encode_doc, [corpus[d] for d in docids], batch_size, desc="encode corpus")
         self.index = FaissIndex(factory).build(vectors, docids)
 
+    def encode_queries(self, queries: dict[str, str]) -> np.ndarray:
+        """Query vectors, in the order of ``queries``."""
+        return encode_all(self.method.encode_query, list(queries.values()), self.batch_size, desc="queries")
+
     def search(self, queries: dict[str, str], k: int) -> Run:
         """Top ``k`` documents per query by inner product."""
-        qids = list(queries)
-        vectors = encode_all(self.method.encode_query, [queries[q] for q in qids], self.batch_size, desc="queries")
-        return self.index.search(vectors, qids, k)
+        return self.index.search(self.encode_queries(queries), list(queries), k)

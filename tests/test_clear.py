@@ -1,0 +1,46 @@
+import pytest
+import torch
+
+from retrieval_zoo.backbones import TinyRandomBackbone
+from retrieval_zoo.data.datamodule import TrainBatch
+from retrieval_zoo.index.hybrid import HybridRetriever
+from retrieval_zoo.methods.clear import CLEAR, MARKERS
+
+
+def test_markers_are_single_added_tokens() -> None:
+    model = CLEAR(TinyRandomBackbone(hidden_size=32))
+    for marker in MARKERS.values():
+        ids = model.tokenizer(f"{marker} hello", add_special_tokens=False)["input_ids"]
+        assert len(ids) == 2 and ids[0] >= 30522  # a new id, not split into word pieces
+    assert model.encoder.get_input_embeddings().num_embeddings == len(model.tokenizer)
+
+
+def test_losses_use_the_bm25_residual() -> None:
+    model = CLEAR(TinyRandomBackbone(hidden_size=32), lambda_train=0.1, xi=1.0)
+    batch = TrainBatch(
+        qids=["q1", "q2"], queries=["alpha", "beta"], docids=[["p1", "n1"], ["p2", "n2"]],
+        docs=["alpha doc", "other", "beta doc", "more"], bm25_scores=torch.tensor([[30.0, 5.0], [2.0, 4.0]]),
+    )  # fmt: skip
+    losses, diagnostics = model.losses(batch)
+    assert set(losses) == {"hinge"}
+    # Margins (Eq. 6): 1 − 0.1·25 = −1.5 and 1 − 0.1·(−2) = 1.2.
+    assert diagnostics["margin/mean"].item() == pytest.approx((-1.5 + 1.2) / 2)
+    assert diagnostics["margin/fraction_nonpositive"].item() == 0.5
+
+
+class FakeBM25:
+    def search(self, queries, k):
+        return {"q": {"a": 10.0, "b": 8.0}}
+
+
+class FakeDense:
+    def search(self, queries, k):
+        return {"q": {"b": 1.0, "c": 3.0}}
+
+
+def test_fusion_ranks_the_union_by_eq_8() -> None:
+    retriever = HybridRetriever(FakeBM25(), FakeDense(), lambda_lex=0.5, depth=2)
+    run = retriever.search({"q": "text"}, k=3)
+    # Missing scores take the side's lowest: lex(c) = 8, dense(a) = 1.
+    assert run["q"] == pytest.approx({"a": 0.5 * 10 + 1.0, "b": 0.5 * 8 + 1.0, "c": 0.5 * 8 + 3.0})
+    assert list(run["q"]) == ["c", "a", "b"]
