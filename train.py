@@ -43,7 +43,9 @@ def main(cfg: DictConfig) -> dict[str, dict[str, float]]:
             if best:
                 model.load_state_dict(torch.load(best, map_location="cpu", weights_only=False)["state_dict"])
                 print(f"[train] best checkpoint: {best}")
-        results = evaluate_method(model, collection, bm25, collection.eval_split, cfg.eval.k, out_dir, names["method"])
+        results = evaluate_method(
+            model, collection, bm25, collection.eval_split, cfg.eval.k, out_dir, names["method"], cfg.eval.tune_queries
+        )
         if logger:
             logger.log_metrics({f"eval/{s}/{m}": v for s, ms in results.items() for m, v in ms.items()})
         return results

@@ -30,29 +30,46 @@ def run_config(cfg: DictConfig) -> dict:
 
 
 def evaluate_method(
-    model: RetrievalMethod, collection: Collection, bm25: BM25, split: str, k: int, out_dir: Path, name: str
+    model: RetrievalMethod,
+    collection: Collection,
+    bm25: BM25,
+    split: str,
+    k: int,
+    out_dir: Path,
+    name: str,
+    tune_queries: int = 0,
 ) -> dict[str, dict[str, float]]:
     """Retrieve ``split``'s judged queries with ``model`` and with BM25, write runs and results, print the table.
 
-    Writes ``run.<split>.trec`` and ``run.<split>.bm25.trec`` (TREC runs) and ``results.json`` into ``out_dir``.
+    With ``tune_queries`` > 0 the method first tunes its retrieval-time weights on that many held-out training
+    queries (:meth:`Collection.tuning_qids`). Writes ``run.<split>.trec``, ``run.<split>.bm25.trec``, one run per
+    component of the method (``run.<split>.<part>.trec``) and ``results.json`` into ``out_dir``.
     """
     queries = collection.judged_queries(split)
     qrels = collection.qrels[split]
     if model.trainable:
         model.eval().to("cuda" if torch.cuda.is_available() else "cpu")
-    results, timings = {}, {}
+    results, timings, tuning = {}, {}, {}
     for system, run_name in (("BM25", f"run.{split}.bm25.trec"), (name, f"run.{split}.trec")):
         started = time.perf_counter()
         retriever = bm25 if system == "BM25" else model.build_retriever(collection)
+        if system == name and tune_queries:
+            train_queries = collection.queries[collection.train_split]
+            held_out = {q: train_queries[q] for q in collection.tuning_qids(tune_queries)}
+            tuning = model.tune(retriever, held_out, collection.qrels[collection.train_split])
         run = retriever.search(queries, k)
         timings[system] = time.perf_counter() - started
         write_run(out_dir / run_name, run, tag=system)
         results[system] = evaluate(run, qrels)
+        if system == name:
+            for part, part_run in model.component_runs(retriever, queries, k).items():
+                write_run(out_dir / f"run.{split}.{part}.trec", part_run, tag=f"{name}_{part}")
+                results[f"{name} ({part})"] = evaluate(part_run, qrels)
     table = format_table(results)
     print(f"\n{collection.name} / {split}: {len(queries):,} judged queries, depth {k}\n{table}\n")
     summary = {"collection": collection.name, "collection_fingerprint": collection.fingerprint, "split": split}
     summary |= {"queries": len(queries), "k": k}
-    write_json(out_dir / "results.json", {**summary, "metrics": results, "seconds": timings})
+    write_json(out_dir / "results.json", {**summary, "metrics": results, "seconds": timings, "tuning": tuning})
     return results
 
 

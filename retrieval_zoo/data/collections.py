@@ -58,6 +58,10 @@ class Collection:
         queries = self.queries[split]
         return {qid: queries[qid] for qid, judged in self.qrels[split].items() if any(r > 0 for r in judged.values())}
 
+    def tuning_qids(self, n: int) -> list[str]:
+        """A fixed slice of ``n`` judged training queries held out from training, to tune fusion weights on."""
+        return sorted(self.judged_queries(self.train_split))[-n:] if n > 0 else []
+
 
 def check_ids(path: str | Path, table: Qrels | Run, queries: Mapping[str, str], corpus: Mapping[str, str]) -> None:
     """Fail on the first line of a qrels or run file whose query or document id is unknown, naming the line."""

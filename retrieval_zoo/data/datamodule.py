@@ -81,6 +81,8 @@ class TriplesDataModule(L.LightningDataModule):
         val_split: Split of the validation queries.
         val_queries: Validation queries, a fixed subset of the judged ones (None = all).
         num_workers: DataLoader workers (the JVM lives in its own process, so they may fork).
+        holdout_queries: Judged training queries kept out of training (:meth:`Collection.tuning_qids`), on which
+            evaluation tunes fusion weights such as CLEAR's λ_test.
     """
 
     def __init__(
@@ -99,6 +101,7 @@ class TriplesDataModule(L.LightningDataModule):
         val_split: str = "dev",
         val_queries: int | None = 200,
         num_workers: int = 0,
+        holdout_queries: int = 0,
     ) -> None:
         super().__init__()
         unknown = set(needs) - FIELDS
@@ -110,7 +113,7 @@ class TriplesDataModule(L.LightningDataModule):
         self.batch_size, self.n_negatives, self.seed, self.epochs = batch_size, n_negatives, seed, epochs
         self.negatives_run, self.negative_depth, self.random_negatives = negatives_run, negative_depth, random_negatives
         self.teacher_run, self.val_split, self.val_queries = teacher_run, val_split, val_queries
-        self.num_workers = num_workers
+        self.num_workers, self.holdout_queries = num_workers, holdout_queries
         self.sampling: GroupSampling | None = None
 
     def setup(self, stage: str | None = None) -> None:
@@ -119,9 +122,10 @@ class TriplesDataModule(L.LightningDataModule):
             return
         split = self.collection.train_split
         qrels = self.collection.qrels[split]
-        queries = self.collection.judged_queries(split)
+        held_out = set(self.collection.tuning_qids(self.holdout_queries))
+        queries = {q: t for q, t in self.collection.judged_queries(split).items() if q not in held_out}
         self.train_qids = sorted(queries)
-        unjudged = len(self.collection.queries[split]) - len(queries)
+        unjudged = len(self.collection.queries[split]) - len(queries) - len(held_out)
         if unjudged:
             print(f"[data] {unjudged:,} {split} queries have no relevant document and are not trained on")
         run = self._read_checked(self.negatives_run) or self.bm25.search(queries, self.negative_depth)

@@ -15,7 +15,7 @@ import torch
 
 from retrieval_zoo.data.collections import Collection
 from retrieval_zoo.data.datamodule import TrainBatch
-from retrieval_zoo.data.formats import Run
+from retrieval_zoo.data.formats import Qrels, Run
 from retrieval_zoo.evaluation import MEASURES, evaluate
 
 
@@ -89,6 +89,14 @@ class RetrievalMethod(L.LightningModule):
     def build_retriever(self, collection: Collection) -> Retriever:
         """Index ``collection``'s corpus with this model and return something to search it."""
         raise NotImplementedError
+
+    def tune(self, retriever: Retriever, queries: dict[str, str], qrels: Qrels) -> dict:
+        """Tune retrieval-time weights on held-out queries (e.g. a fusion weight); returns what it chose."""
+        return {}
+
+    def component_runs(self, retriever: Retriever, queries: dict[str, str], k: int) -> dict[str, Run]:
+        """Runs of the retriever's parts, reported beside the whole (e.g. a hybrid's dense side alone)."""
+        return {}
 
     # --- shared training ----------------------------------------------------------------------------------
     def training_step(self, batch: TrainBatch, batch_idx: int) -> torch.Tensor:

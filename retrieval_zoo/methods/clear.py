@@ -19,7 +19,10 @@ import torch
 from retrieval_zoo.backbones import Backbone
 from retrieval_zoo.data.collections import Collection
 from retrieval_zoo.data.datamodule import TrainBatch
+from retrieval_zoo.data.formats import Qrels, Run
+from retrieval_zoo.evaluation import MEASURES, evaluate
 from retrieval_zoo.index.dense import DenseRetriever
+from retrieval_zoo.index.fusion import interpolate
 from retrieval_zoo.index.hybrid import HybridRetriever
 from retrieval_zoo.lexical.bm25 import BM25
 from retrieval_zoo.losses import residual_hinge, residual_margin
@@ -39,7 +42,8 @@ class CLEAR(DenseBiEncoder):
         optim: Optimiser settings.
         xi: The margin's constant ξ (Eq. 6).
         lambda_train: Weight of BM25's residual in the margin (Eq. 6); 0 = constant margin.
-        lambda_test: Weight of BM25 in the retrieval score (Eq. 8).
+        lambda_test: Weight of BM25 in the retrieval score (Eq. 8); replaced by the tuned value when tuning runs.
+        lambda_test_grid: Values tried when tuning λ_test.
         retrieval_depth: Candidates taken from each side before fusion.
         query_max_length: Query truncation, in tokens.
         doc_max_length: Document truncation, in tokens.
@@ -59,6 +63,7 @@ class CLEAR(DenseBiEncoder):
         xi: float = 1.0,
         lambda_train: float = 0.1,
         lambda_test: float = 0.5,
+        lambda_test_grid: tuple[float, ...] = (0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9),
         retrieval_depth: int = 1000,
         query_max_length: int = 32,
         doc_max_length: int = 128,
@@ -72,6 +77,7 @@ class CLEAR(DenseBiEncoder):
         )  # fmt: skip
         self.bm25_k1, self.bm25_b = bm25_k1, bm25_b
         self.xi, self.lambda_train, self.lambda_test = xi, lambda_train, lambda_test
+        self.lambda_test_grid = tuple(float(v) for v in lambda_test_grid)
         self.retrieval_depth = retrieval_depth
         self.tokenizer.add_tokens(list(MARKERS.values()), special_tokens=True)
         self.encoder.resize_token_embeddings(len(self.tokenizer))
@@ -100,6 +106,20 @@ class CLEAR(DenseBiEncoder):
             "accuracy": (emb[:, :1] > emb[:, 1:]).float().mean(),
         }
         return {"hinge": loss}, diagnostics
+
+    def tune(self, retriever: HybridRetriever, queries: dict[str, str], qrels: Qrels) -> dict:
+        """Grid-search λ_test on held-out training queries by MRR@10 (§3.4; paper: 500 queries, {0, 0.1, …, 0.9})."""
+        lexical, dense = retriever.runs(queries)
+        curve = {}
+        for value in self.lambda_test_grid:
+            fused = interpolate(dense, lexical, weight_a=1.0, weight_b=value)
+            curve[value] = evaluate(fused, qrels, {"MRR@10": MEASURES["MRR@10"]})["MRR@10"]
+        self.lambda_test = retriever.lambda_lex = max(curve, key=lambda v: (curve[v], -v))
+        return {"lambda_test": self.lambda_test, "curve_mrr10": curve, "queries": len(queries)}
+
+    def component_runs(self, retriever: HybridRetriever, queries: dict[str, str], k: int) -> dict[str, Run]:
+        """The embedding alone (CLEAR's dense part)."""
+        return {"dense": retriever.dense.search(queries, k)}
 
     def build_retriever(self, collection: Collection) -> HybridRetriever:
         """BM25 ∪ embedding candidates ranked by λ_test·BM25 + s_emb (Eq. 8)."""
