@@ -44,3 +44,20 @@ def test_fusion_ranks_the_union_by_eq_8() -> None:
     # Missing scores take the side's lowest: lex(c) = 8, dense(a) = 1.
     assert run["q"] == pytest.approx({"a": 0.5 * 10 + 1.0, "b": 0.5 * 8 + 1.0, "c": 0.5 * 8 + 3.0})
     assert list(run["q"]) == ["c", "a", "b"]
+
+
+def test_tune_picks_the_best_lambda_on_held_out_queries() -> None:
+    class Lex:
+        def search(self, queries, k):
+            return {"q": {"rel": 2.0, "x": 9.0}}
+
+    class Dense:
+        def search(self, queries, k):
+            return {"q": {"rel": 5.0, "x": 1.0}}
+
+    model = CLEAR(TinyRandomBackbone(hidden_size=32), lambda_test_grid=(0.0, 0.5, 0.9))
+    retriever = HybridRetriever(Lex(), Dense(), lambda_lex=0.9, depth=2)
+    chosen = model.tune(retriever, {"q": "text"}, {"q": {"rel": 1}})
+    # rel − x = (5 − 1) + λ·(2 − 9): rel ranks first for λ < 4/7, so 0.0 and 0.5 tie at MRR 1; ties go to the smaller.
+    assert chosen["curve_mrr10"] == {0.0: 1.0, 0.5: 1.0, 0.9: 0.5}
+    assert chosen["lambda_test"] == 0.0 == model.lambda_test == retriever.lambda_lex
