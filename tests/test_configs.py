@@ -119,3 +119,11 @@ def test_unknown_key_on_the_command_line_is_rejected() -> None:
 
     with pytest.raises(ConfigCompositionException, match="no_such_key"):
         composed("data.no_such_key=1")
+
+
+def test_experiment_files_override_the_main_config() -> None:
+    cfg = composed("experiment=clear_constant_margin")
+    assert cfg.eval.tune_queries == 500 and cfg.data.holdout_queries == 500
+    assert cfg.method.lambda_train == 0.0 and cfg.method._target_.endswith("CLEAR")
+    assert composed("experiment=dense_minilm").method.optim.lr == 2.0e-5
+    assert composed("debug=fast_dev_run").trainer.fast_dev_run == 2
