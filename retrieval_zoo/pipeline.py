@@ -56,7 +56,8 @@ def evaluate_method(
         if system == name and tune_queries:
             train_queries = collection.queries[collection.train_split]
             held_out = {q: train_queries[q] for q in collection.tuning_qids(tune_queries)}
-            tuning = model.tune(retriever, held_out, collection.qrels[collection.train_split])
+            train_qrels = collection.qrels[collection.train_split]
+            tuning = model.tune(retriever, held_out, {q: train_qrels[q] for q in held_out})
         run = retriever.search(queries, k)
         timings[system] = time.perf_counter() - started
         write_run(out_dir / run_name, run, tag=system)
