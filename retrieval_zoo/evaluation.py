@@ -13,7 +13,7 @@ from collections.abc import Mapping
 
 import pytrec_eval
 
-from retrieval_zoo.data.formats import Qrels, Run, ranked
+from retrieval_zoo.data.formats import Qrels, Run, top_k
 
 MEASURES: dict[str, str] = {
     "MRR@10": "recip_rank@10",
@@ -30,10 +30,6 @@ def judged(qrels: Qrels) -> Qrels:
     return {qid: docs for qid, docs in qrels.items() if any(g > 0 for g in docs.values())}
 
 
-def _truncate(run: Run, k: int) -> Run:
-    return {qid: dict(ranked(scores)[:k]) for qid, scores in run.items()}
-
-
 def per_query(run: Run, qrels: Qrels, measures: Mapping[str, str] = MEASURES) -> dict[str, dict[str, float]]:
     """Metric name → (qid → value) over every judged query; a query missing from the run scores 0."""
     qrels = judged(qrels)
@@ -41,7 +37,7 @@ def per_query(run: Run, qrels: Qrels, measures: Mapping[str, str] = MEASURES) ->
     run = {qid: docs for qid, docs in run.items() if qid in qrels and docs}
     for name, measure in measures.items():
         trec_measure, _, cutoff = measure.partition("@")
-        scored = _truncate(run, int(cutoff)) if cutoff else run
+        scored = top_k(run, int(cutoff)) if cutoff else run
         evaluator = pytrec_eval.RelevanceEvaluator(qrels, {trec_measure})
         for qid, result in evaluator.evaluate(scored).items():
             values[name][qid] = float(result[trec_measure])

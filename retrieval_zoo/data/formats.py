@@ -122,6 +122,11 @@ def ranked(scores: Mapping[str, float]) -> list[tuple[str, float]]:
     return sorted(scores.items(), key=lambda kv: (kv[1], kv[0]), reverse=True)
 
 
+def top_k(run: Run, k: int) -> Run:
+    """Keep the ``k`` best documents of each query, in trec_eval's order (see :func:`ranked`)."""
+    return {qid: dict(ranked(scores)[:k]) for qid, scores in run.items()}
+
+
 def write_run(path: str | Path, run: Run, tag: str = "retrieval_zoo") -> None:
     """Write a TREC run file atomically, queries in id order and documents by rank."""
     with atomic_path(path) as tmp, open_text(tmp, "w") as f:

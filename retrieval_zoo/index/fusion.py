@@ -5,7 +5,7 @@ from __future__ import annotations
 import statistics
 from typing import Literal
 
-from retrieval_zoo.data.formats import Run, ranked
+from retrieval_zoo.data.formats import Run, ranked, top_k  # noqa: F401 - top_k is part of this module's API
 
 Normalization = Literal["none", "minmax", "zscore"]
 
@@ -50,8 +50,3 @@ def reciprocal_rank_fusion(runs: list[Run], k: int = 60) -> Run:
             for rank, (docid, _) in enumerate(ranked(scores), start=1):
                 target[docid] = target.get(docid, 0.0) + 1.0 / (k + rank)
     return fused
-
-
-def top_k(run: Run, k: int) -> Run:
-    """Keep the ``k`` best documents of each query."""
-    return {qid: dict(ranked(scores)[:k]) for qid, scores in run.items()}
