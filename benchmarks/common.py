@@ -20,6 +20,21 @@ def seconds(fn: Callable[[], object], repeat: int = 3, warmup: int = 1) -> float
     return best
 
 
+def side_by_side(fns: dict[str, Callable[[], object]], repeat: int = 5, warmup: int = 1) -> dict[str, float]:
+    """Best-of-``repeat`` wall time of each function, timed in alternation so that load from other processes
+    hits every function alike."""
+    for fn in fns.values():
+        for _ in range(warmup):
+            fn()
+    best = dict.fromkeys(fns, float("inf"))
+    for _ in range(repeat):
+        for name, fn in fns.items():
+            started = time.perf_counter()
+            fn()
+            best[name] = min(best[name], time.perf_counter() - started)
+    return best
+
+
 def matmul_gflops(size: int = 2048, dtype: torch.dtype = torch.float32) -> float:
     """GFLOP/s of a plain square torch matmul, the roofline every encoder figure is divided by."""
     a, b = torch.randn(size, size, dtype=dtype), torch.randn(size, size, dtype=dtype)

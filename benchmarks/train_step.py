@@ -1,10 +1,11 @@
 """Training-step overhead of a method over its bare encoder, side by side on the same batch.
 
 The method's step is everything ``training_step`` does (tokenisation, query and document encoding, scores, losses,
-backward). The bare step runs the same token tensors through the encoder, with a trivial loss, and backward. The
+backward). The bare step replays the very token tensors the method gave its encoder (captured by a hook), with a trivial
+loss, and backward; the two are timed in alternation. The
 ratio is the cost of the method's machinery on top of the backbone (1.0 = free).
 
-    python -m benchmarks.train_step [--method dense|clear] [--batch-size 32] [--negatives 1]
+    python -m benchmarks.train_step [--method dense|clear] [--batch-size 64] [--negatives 1]
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import argparse
 
 import torch
 
-from benchmarks.common import header, seconds
+from benchmarks.common import header, side_by_side
 from retrieval_zoo.backbones import Backbone
 from retrieval_zoo.data.collections import embedded
 from retrieval_zoo.data.datamodule import TriplesDataModule
@@ -26,9 +27,9 @@ METHODS = {"dense": DenseBiEncoder, "clear": CLEAR}
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--batch-size", type=int, default=32)
+    parser.add_argument("--batch-size", type=int, default=64)
     parser.add_argument("--negatives", type=int, default=1)
-    parser.add_argument("--repeat", type=int, default=5)
+    parser.add_argument("--repeat", type=int, default=10)
     parser.add_argument("--method", choices=sorted(METHODS), default="dense")
     args = parser.parse_args()
     collection = embedded("default")
@@ -50,20 +51,18 @@ def main() -> None:
         torch.stack(list(losses.values())).sum().backward()
         model.zero_grad(set_to_none=True)
 
-    tokenize = model.tokenizer
-    queries = tokenize(
-        batch.queries, padding=True, truncation=True, max_length=model.query_max_length, return_tensors="pt"
-    )
-    docs = tokenize(batch.docs, padding=True, truncation=True, max_length=model.doc_max_length, return_tensors="pt")
+    # The bare step replays exactly the token tensors the method feeds its encoder (markers, truncation and all).
+    inputs: list[dict] = []
+    hook = model.encoder.register_forward_pre_hook(lambda _m, _a, kwargs: inputs.append(kwargs), with_kwargs=True)
+    method_step()
+    hook.remove()
 
     def bare_step() -> None:
-        q = model.encoder(**queries).last_hidden_state
-        d = model.encoder(**docs).last_hidden_state
-        (q.sum() + d.sum()).backward()
+        torch.stack([model.encoder(**kwargs)[0].sum() for kwargs in inputs]).sum().backward()
         model.zero_grad(set_to_none=True)
 
-    bare = seconds(bare_step, repeat=args.repeat)
-    method = seconds(method_step, repeat=args.repeat)
+    timings = side_by_side({"bare": bare_step, "method": method_step}, repeat=args.repeat)
+    bare, method = timings["bare"], timings["method"]
     header(f"{args.method} training step vs. bare encoder forward + backward")
     print(f"{args.batch_size} queries × (1 + {args.negatives}) documents, SPLADE-tiny encoder, fp32\n")
     print("| step | seconds | ratio |\n|---|---|---|")

@@ -7,6 +7,7 @@ import os
 import socket
 from pathlib import Path
 
+import torch
 from lightning.pytorch.loggers import CSVLogger, Logger, WandbLogger
 
 WANDB_HOST = "api.wandb.ai"
@@ -78,3 +79,12 @@ def finish(logger: Logger | bool) -> None:
         import wandb
 
         wandb.finish()
+
+
+def log_histogram(loggers: list[Logger], name: str, values: torch.Tensor, step: int) -> None:
+    """Log ``values`` as a histogram to every logger that draws them (wandb); the others get the scalar summaries."""
+    for logger in loggers:
+        if isinstance(logger, WandbLogger):
+            import wandb
+
+            logger.experiment.log({name: wandb.Histogram(values.cpu().numpy()), "trainer/global_step": step})

@@ -36,8 +36,15 @@ def in_batch_accuracy(scores: torch.Tensor, targets: torch.Tensor) -> torch.Tens
     return (scores.argmax(dim=1) == targets).float().mean()
 
 
+MARGIN_NORMALIZATIONS = ("none", "pair_max")
+
+
 def residual_margin(
-    lex_positive: torch.Tensor, lex_negative: torch.Tensor, xi: float, lambda_train: float
+    lex_positive: torch.Tensor,
+    lex_negative: torch.Tensor,
+    xi: float,
+    lambda_train: float,
+    normalization: str = "none",
 ) -> torch.Tensor:
     """CLEAR's residual margin, Eq. 6: m_r = ξ − λ_train · (s_lex(q, d⁺) − s_lex(q, d⁻)).
 
@@ -46,11 +53,21 @@ def residual_margin(
         lex_negative: (B, n) lexical scores of its n negatives.
         xi: The constant bias ξ ≥ 0.
         lambda_train: Weight of the lexical residual; 0 gives the constant margin ξ (Table 1's ablation).
+        normalization: ``"none"`` uses raw scores, as the paper does. ``"pair_max"`` divides the residual by
+            max(s_lex(q, d⁺), s_lex(q, d⁻)), so it lies in [−1, 1] whatever the query's length or the collection's
+            score scale (raw MS MARCO residuals of 5–20 make most margins negative at λ_train = 0.1); with it,
+            λ_train is the margin's swing, around 1.
 
     Returns:
         (B, n) margins.
     """
-    return xi - lambda_train * (lex_positive.unsqueeze(1) - lex_negative)
+    if normalization not in MARGIN_NORMALIZATIONS:
+        raise ValueError(f"margin normalization must be one of {MARGIN_NORMALIZATIONS}, not {normalization!r}")
+    residual = lex_positive.unsqueeze(1) - lex_negative
+    if normalization == "pair_max":
+        scale = torch.maximum(lex_positive.unsqueeze(1), lex_negative).clamp_min(torch.finfo(residual.dtype).tiny)
+        residual = residual / scale
+    return xi - lambda_train * residual
 
 
 def residual_hinge(emb_positive: torch.Tensor, emb_negative: torch.Tensor, margin: torch.Tensor) -> torch.Tensor:

@@ -24,8 +24,19 @@ def test_losses_use_the_bm25_residual() -> None:
     losses, diagnostics = model.losses(batch)
     assert set(losses) == {"hinge"}
     # Margins (Eq. 6): 1 − 0.1·25 = −1.5 and 1 − 0.1·(−2) = 1.2.
-    assert diagnostics["margin/mean"].item() == pytest.approx((-1.5 + 1.2) / 2)
+    assert torch.allclose(diagnostics["margin"], torch.tensor([[-1.5], [1.2]]))
     assert diagnostics["margin/fraction_nonpositive"].item() == 0.5
+
+
+def test_normalised_margin_option() -> None:
+    model = CLEAR(TinyRandomBackbone(hidden_size=32), lambda_train=1.0, margin_normalization="pair_max")
+    batch = TrainBatch(
+        qids=["q1"], queries=["alpha"], docids=[["p1", "n1"]], docs=["alpha doc", "other"],
+        bm25_scores=torch.tensor([[20.0, 5.0]]),
+    )  # fmt: skip
+    assert model.losses(batch)[1]["margin"].item() == pytest.approx(1 - (20 - 5) / 20)
+    with pytest.raises(ValueError, match="margin_normalization"):
+        CLEAR(TinyRandomBackbone(hidden_size=32), margin_normalization="softmax")
 
 
 class FakeBM25:
@@ -44,6 +55,23 @@ def test_fusion_ranks_the_union_by_eq_8() -> None:
     # Missing scores take the side's lowest: lex(c) = 8, dense(a) = 1.
     assert run["q"] == pytest.approx({"a": 0.5 * 10 + 1.0, "b": 0.5 * 8 + 1.0, "c": 0.5 * 8 + 3.0})
     assert list(run["q"]) == ["c", "a", "b"]
+
+
+def test_a_side_alone_reuses_the_fused_search() -> None:
+    calls = []
+
+    class CountingDense(FakeDense):
+        def search(self, queries, k):
+            calls.append(k)
+            return super().search(queries, k)
+
+    retriever = HybridRetriever(FakeBM25(), CountingDense(), lambda_lex=0.5, depth=2)
+    retriever.search({"q": "text"}, k=3)
+    model = CLEAR.__new__(CLEAR)  # component_runs reads nothing from the model
+    assert CLEAR.component_runs(model, retriever, {"q": "text"}, 1) == {"dense": {"q": {"c": 3.0}}}
+    assert calls == [2]  # one dense search, shared by the fusion and the dense-only run
+    retriever.side("dense", {"q": "text"}, 5)  # deeper than the fusion's depth: a search of its own
+    assert calls == [2, 5]
 
 
 def test_tune_picks_the_best_lambda_on_held_out_queries() -> None:

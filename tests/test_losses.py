@@ -91,3 +91,15 @@ def test_negative_residual_margin_gives_zero_gradient() -> None:
     loss = residual_hinge(emb_pos, emb_neg, margin)  # [−1.5 − 0.2 + 0.4]₊ = 0
     loss.backward()
     assert loss.item() == 0.0 and emb_pos.grad.item() == 0.0 and emb_neg.grad.item() == 0.0
+
+
+def test_pair_max_normalised_margin_by_hand() -> None:
+    from retrieval_zoo.losses import residual_margin
+
+    lex_pos = torch.tensor([12.0, 0.0])
+    lex_neg = torch.tensor([[3.0, 16.0], [0.0, 4.0]])
+    margin = residual_margin(lex_pos, lex_neg, xi=1.0, lambda_train=1.0, normalization="pair_max")
+    # residual / max(s+, s−): (12 − 3)/12 = 0.75, (12 − 16)/16 = −0.25, 0/0 → 0, (0 − 4)/4 = −1
+    assert torch.allclose(margin, torch.tensor([[0.25, 1.25], [1.0, 2.0]]))
+    with pytest.raises(ValueError, match="pair_max"):
+        residual_margin(lex_pos, lex_neg, xi=1.0, lambda_train=1.0, normalization="zscore")

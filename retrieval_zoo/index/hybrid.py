@@ -23,10 +23,23 @@ class HybridRetriever:
 
     def __init__(self, bm25: BM25, dense: DenseRetriever, lambda_lex: float, depth: int = 1000) -> None:
         self.bm25, self.dense, self.lambda_lex, self.depth = bm25, dense, lambda_lex, depth
+        self._last: tuple[dict[str, str], Run, Run] | None = None
 
     def runs(self, queries: dict[str, str]) -> tuple[Run, Run]:
-        """The lexical and dense runs the fusion starts from (also useful on their own, and for tuning λ)."""
-        return self.bm25.search(queries, self.depth), self.dense.search(queries, self.depth)
+        """The lexical and dense runs the fusion starts from (also useful on their own, and for tuning λ).
+
+        The last call's runs are kept, so reporting a side alone after the fused search costs no second search.
+        """
+        if self._last is None or self._last[0] != queries:
+            self._last = (dict(queries), self.bm25.search(queries, self.depth), self.dense.search(queries, self.depth))
+        return self._last[1], self._last[2]
+
+    def side(self, name: str, queries: dict[str, str], k: int) -> Run:
+        """The ``"lexical"`` or ``"dense"`` side's own top ``k``."""
+        if k > self.depth:
+            return (self.bm25 if name == "lexical" else self.dense).search(queries, k)
+        lexical, dense = self.runs(queries)
+        return top_k(lexical if name == "lexical" else dense, k)
 
     def search(self, queries: dict[str, str], k: int) -> Run:
         """Top ``k`` of the union by λ·BM25 + dense."""

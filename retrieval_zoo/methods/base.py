@@ -17,6 +17,9 @@ from retrieval_zoo.data.collections import Collection
 from retrieval_zoo.data.datamodule import TrainBatch
 from retrieval_zoo.data.formats import Qrels, Run
 from retrieval_zoo.evaluation import MEASURES, evaluate
+from retrieval_zoo.loggers import log_histogram
+
+QUANTILES = (0.1, 0.5, 0.9)
 
 
 class Retriever(Protocol):
@@ -107,9 +110,22 @@ class RetrievalMethod(L.LightningModule):
         for name, value in losses.items():
             self.log(f"train/loss/{name}", value, batch_size=size)
         for name, value in diagnostics.items():
-            self.log(f"train/{name}", value, batch_size=size)
+            if value.numel() == 1:
+                self.log(f"train/{name}", value, batch_size=size)
+            else:
+                self._log_distribution(f"train/{name}", value.detach(), size)
         self.log("train/loss", total, prog_bar=True, batch_size=size)
         return total
+
+    def _log_distribution(self, name: str, values: torch.Tensor, batch_size: int) -> None:
+        """A non-scalar diagnostic: mean, std and quantiles as scalars, and a histogram where the logger draws one."""
+        values = values.float().flatten()
+        self.log(f"{name}/mean", values.mean(), batch_size=batch_size)
+        self.log(f"{name}/std", values.std() if values.numel() > 1 else values.new_zeros(()), batch_size=batch_size)
+        for q, value in zip(QUANTILES, torch.quantile(values, values.new_tensor(QUANTILES)), strict=True):
+            self.log(f"{name}/p{round(q * 100)}", value, batch_size=batch_size)
+        if self.trainer.global_step % self.trainer.log_every_n_steps == 0:
+            log_histogram(self.loggers, name, values, self.trainer.global_step)
 
     def configure_optimizers(self) -> dict:
         """AdamW (no decay on biases and LayerNorm) with the step-wise schedule of :class:`Optim`."""

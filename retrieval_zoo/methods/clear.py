@@ -25,7 +25,7 @@ from retrieval_zoo.index.dense import DenseRetriever
 from retrieval_zoo.index.fusion import interpolate
 from retrieval_zoo.index.hybrid import HybridRetriever
 from retrieval_zoo.lexical.bm25 import BM25
-from retrieval_zoo.losses import residual_hinge, residual_margin
+from retrieval_zoo.losses import MARGIN_NORMALIZATIONS, residual_hinge, residual_margin
 from retrieval_zoo.methods.base import Optim
 from retrieval_zoo.methods.dense import DenseBiEncoder
 
@@ -42,6 +42,8 @@ class CLEAR(DenseBiEncoder):
         optim: Optimiser settings.
         xi: The margin's constant ξ (Eq. 6).
         lambda_train: Weight of BM25's residual in the margin (Eq. 6); 0 = constant margin.
+        margin_normalization: ``"none"`` (raw BM25, the paper's) or ``"pair_max"`` (residual / max of the pair's
+            BM25 scores, in [−1, 1]; see :func:`retrieval_zoo.losses.residual_margin`).
         lambda_test: Weight of BM25 in the retrieval score (Eq. 8); replaced by the tuned value when tuning runs.
         lambda_test_grid: Values tried when tuning λ_test.
         retrieval_depth: Candidates taken from each side before fusion.
@@ -62,6 +64,7 @@ class CLEAR(DenseBiEncoder):
         optim: Optim | None = None,
         xi: float = 1.0,
         lambda_train: float = 0.1,
+        margin_normalization: str = "none",
         lambda_test: float = 0.5,
         lambda_test_grid: tuple[float, ...] = (0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9),
         retrieval_depth: int = 1000,
@@ -77,6 +80,9 @@ class CLEAR(DenseBiEncoder):
         )  # fmt: skip
         self.bm25_k1, self.bm25_b = bm25_k1, bm25_b
         self.xi, self.lambda_train, self.lambda_test = xi, lambda_train, lambda_test
+        if margin_normalization not in MARGIN_NORMALIZATIONS:
+            raise ValueError(f"margin_normalization: one of {MARGIN_NORMALIZATIONS}, not {margin_normalization!r}")
+        self.margin_normalization = margin_normalization
         self.lambda_test_grid = tuple(float(v) for v in lambda_test_grid)
         self.retrieval_depth = retrieval_depth
         self.tokenizer.add_tokens(list(MARKERS.values()), special_tokens=True)
@@ -97,13 +103,13 @@ class CLEAR(DenseBiEncoder):
         d = self.encode_doc(batch.docs).view(size, group, -1)
         emb = torch.einsum("bh,bgh->bg", q, d)  # s_emb (Eq. 4) of each query with its own group
         lex = batch.bm25_scores.to(emb.dtype)
-        margin = residual_margin(lex[:, 0], lex[:, 1:], self.xi, self.lambda_train)
+        margin = residual_margin(lex[:, 0], lex[:, 1:], self.xi, self.lambda_train, self.margin_normalization)
         loss = residual_hinge(emb[:, 0], emb[:, 1:], margin)
         diagnostics = {
-            "margin/mean": margin.mean(),
-            "margin/std": margin.std() if margin.numel() > 1 else margin.new_zeros(()),
+            "margin": margin,  # a distribution: mean, std, quantiles and a wandb histogram
             "margin/fraction_nonpositive": (margin <= 0).float().mean(),
             "accuracy": (emb[:, :1] > emb[:, 1:]).float().mean(),
+            "triplets_active": (margin - emb[:, :1] + emb[:, 1:] > 0).float().mean(),  # share with a gradient
         }
         return {"hinge": loss}, diagnostics
 
@@ -119,7 +125,7 @@ class CLEAR(DenseBiEncoder):
 
     def component_runs(self, retriever: HybridRetriever, queries: dict[str, str], k: int) -> dict[str, Run]:
         """The embedding alone (CLEAR's dense part)."""
-        return {"dense": retriever.dense.search(queries, k)}
+        return {"dense": retriever.side("dense", queries, k)}
 
     def build_retriever(self, collection: Collection) -> HybridRetriever:
         """BM25 ∪ embedding candidates ranked by λ_test·BM25 + s_emb (Eq. 8)."""

@@ -1,0 +1,52 @@
+"""CLEAR and its Table 1 ablations through train.py, as a user sweeps them, on the tiny slice."""
+
+import csv
+import json
+from pathlib import Path
+
+import pytest
+
+from tests.test_end_to_end import run_app, tiny_dataset
+
+
+@pytest.mark.slow
+def test_clear_and_its_ablations_compose_and_run(tiny_dir: Path, tmp_path: Path) -> None:
+    sweep = tmp_path / "sweep"
+    run_app(
+        "train.py", "-m", "method=clear", "experiment=clear,clear_constant_margin,clear_random_negatives",
+        *tiny_dataset(tiny_dir),
+        "backbone=tiny_random", "trainer=cpu", "trainer.max_epochs=1", "data.batch_size=8", "data.val_queries=10",
+        "data.negative_depth=50", "eval.tune_queries=10", "eval.k=100", "method.retrieval_depth=100",
+        "logger=wandb", f"hydra.sweep.dir={sweep}",
+    )  # fmt: skip
+    jobs = sorted(p for p in sweep.iterdir() if p.is_dir() and (p / "results.json").exists())
+    assert len(jobs) == 3
+    configs = [(job / ".hydra" / "overrides.yaml").read_text() for job in jobs]
+    assert [c.count("experiment=clear\n") + c.count("experiment=clear_constant_margin") for c in configs] == [1, 1, 0]
+    for job in jobs:
+        results = json.loads((job / "results.json").read_text())
+        assert set(results["metrics"]) == {"BM25", "clear", "clear (dense)"}
+        tuning = results["tuning"]
+        assert tuning["queries"] == 10 and len(tuning["curve_mrr10"]) == 10
+        assert str(tuning["lambda_test"]) in tuning["curve_mrr10"]
+        assert (job / "run.dev.dense.trec").exists()
+        # The margin's distribution went to wandb as a histogram (the offline run's log holds it).
+        logs = list((job / "wandb").glob("offline-run-*/run-*.wandb"))
+        assert logs and b"train/margin" in logs[0].read_bytes() and b"histogram" in logs[0].read_bytes()
+
+
+@pytest.mark.slow
+def test_margin_distribution_is_logged_as_scalars(tiny_dir: Path, tmp_path: Path) -> None:
+    out = tmp_path / "clear"
+    run_app(
+        "train.py", "method=clear", *tiny_dataset(tiny_dir), "backbone=tiny_random", "trainer=cpu",
+        "trainer.max_epochs=1", "trainer.log_every_n_steps=1", "data.batch_size=8", "data.val_queries=10",
+        "data.negative_depth=50", "eval.k=100", "method.retrieval_depth=100", "logger=csv", f"hydra.run.dir={out}",
+    )  # fmt: skip
+    rows = list(csv.DictReader((out / "csv" / "metrics.csv").open()))
+    logged = {key for row in rows for key, value in row.items() if value}
+    expected = {f"train/margin/{s}" for s in ("mean", "std", "p10", "p50", "p90", "fraction_nonpositive")}
+    assert expected | {"train/loss/hinge", "train/accuracy", "train/triplets_active"} <= logged
+    p10 = [float(r["train/margin/p10"]) for r in rows if r["train/margin/p10"]]
+    p90 = [float(r["train/margin/p90"]) for r in rows if r["train/margin/p90"]]
+    assert all(low <= high for low, high in zip(p10, p90, strict=True)) and len(p10) == 120 // 8  # one row per step
