@@ -17,40 +17,76 @@ from omegaconf import DictConfig, OmegaConf
 from retrieval_zoo.pipeline import build_collection_and_bm25, evaluate_method
 
 
-def load_trained(run_dir: Path) -> tuple[DictConfig, object]:
-    """The resolved config and the best (else last) checkpoint's model of a ``train.py`` run directory."""
-    cfg_path = run_dir / "run_config.yaml"
-    if not cfg_path.exists():
-        raise FileNotFoundError(f"{cfg_path} not found: run_dir must be a train.py output directory")
-    cfg = OmegaConf.load(cfg_path)
+def load_trained(run_dir: Path, cfg: DictConfig) -> object:
+    """The model of ``cfg.method`` with the best (else last) checkpoint of a ``train.py`` run directory loaded."""
     checkpoints = sorted((run_dir / "checkpoints").glob("*.ckpt"), key=lambda p: p.name == "last.ckpt")
     if not checkpoints:
         raise FileNotFoundError(f"no checkpoint under {run_dir / 'checkpoints'}")
     model = instantiate(cfg.method)
     model.load_state_dict(torch.load(checkpoints[0], map_location="cpu", weights_only=False)["state_dict"])
     print(f"[evaluate] {checkpoints[0]}")
-    return cfg, model
+    return model
+
+
+def trained_config(run_dir: Path) -> DictConfig:
+    """The resolved config a ``train.py`` run directory saved."""
+    path = run_dir / "run_config.yaml"
+    if not path.exists():
+        raise FileNotFoundError(f"{path} not found: run_dir must be a train.py output directory")
+    return OmegaConf.load(path)
+
+
+def apply_overrides(trained: DictConfig, cfg: DictConfig, overrides: list[str]) -> DictConfig:
+    """The trained run's config, with what the command line gave on top.
+
+    ``dataset`` and ``bm25`` given on the command line replace the trained run's whole (another collection has other
+    keys); ``eval.*`` and ``method.*`` keys replace single values (e.g. ``method.lambda_test_grid``), with
+    ``method=<the trained method>`` on the command line so that Hydra composes those keys.
+    """
+    keys = {o.split("=")[0].lstrip("+~") for o in overrides}
+    if "method" in keys and cfg.method_name != trained.method_name:
+        raise ValueError(f"method={cfg.method_name} given, but the run_dir trained method={trained.method_name}")
+    given = OmegaConf.to_container(cfg, resolve=True)
+    for group in ("dataset", "bm25"):
+        if any(k == group or k.startswith(f"{group}.") for k in keys):
+            OmegaConf.update(trained, group, given[group], merge=False)
+            if group == "dataset":
+                trained.dataset_name = cfg.dataset_name
+    if "eval" not in trained:  # runs written before eval was saved with them
+        trained.eval = given["eval"]
+    for key in sorted(k for k in keys if k.startswith(("eval.", "method."))):
+        OmegaConf.update(trained, key, OmegaConf.select(cfg, key, throw_on_missing=True), merge=False)
+    return trained
+
+
+def check_tuning_is_held_out(trained: DictConfig, overrides: list[str]) -> None:
+    """λ tuning on the training collection must use queries the model did not train on."""
+    other_collection = any(o.lstrip("+~").startswith("dataset") for o in overrides)
+    held_out = int(OmegaConf.select(trained, "data.holdout_queries", default=0) or 0)
+    if not other_collection and trained.eval.tune_queries > held_out:
+        raise ValueError(
+            f"eval.tune_queries={trained.eval.tune_queries}, but the run held out only {held_out} training queries "
+            "(data.holdout_queries): tuning on queries the model trained on would overfit the fusion weight; "
+            "train with eval.tune_queries=N (experiment=clear holds out 500)"
+        )
 
 
 @hydra.main(config_path="conf", config_name="evaluate", version_base="1.3")
 def main(cfg: DictConfig) -> dict[str, dict[str, float]]:
     """Search the evaluation split, write the TREC run and results.json, print the table beside BM25.
 
-    With ``run_dir``, the trained run's config is used, except ``dataset``/``bm25`` given on the command line.
+    With ``run_dir``, the trained run's config is used (its evaluation settings and held-out tuning slice
+    included), with the command line's ``dataset``, ``bm25``, ``eval.*`` and ``method.*`` values on top.
     """
     out_dir = Path(HydraConfig.get().runtime.output_dir)
     if cfg.run_dir:
-        trained_cfg, model = load_trained(Path(cfg.run_dir))
-        name = str(trained_cfg.method_name)
-        overridden = {o.split("=")[0].lstrip("+~") for o in HydraConfig.get().overrides.task}
-        taken = ["eval"] + [k for k in ("dataset", "bm25") if any(o.startswith(k) for o in overridden)]
-        if "dataset" in taken:
-            taken.append("dataset_name")
-        for key in taken:  # replaced whole, not merged: another dataset has other keys
-            OmegaConf.update(trained_cfg, key, OmegaConf.to_container(cfg, resolve=True)[key], merge=False)
-        cfg = trained_cfg
+        run_dir, overrides = Path(cfg.run_dir), list(HydraConfig.get().overrides.task)
+        cfg = apply_overrides(trained_config(run_dir), cfg, overrides)
+        check_tuning_is_held_out(cfg, overrides)
+        model = load_trained(run_dir, cfg)
     else:
-        model, name = instantiate(cfg.method), str(cfg.method_name)
+        model = instantiate(cfg.method)
+    name = str(cfg.method_name)
     collection, bm25 = build_collection_and_bm25(cfg)
     split = cfg.eval.split or collection.eval_split
     return evaluate_method(model, collection, bm25, split, cfg.eval.k, out_dir, name, cfg.eval.tune_queries)

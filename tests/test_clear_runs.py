@@ -34,6 +34,17 @@ def test_clear_and_its_ablations_compose_and_run(tiny_dir: Path, tmp_path: Path)
         logs = list((job / "wandb").glob("offline-run-*/run-*.wandb"))
         assert logs and b"train/margin" in logs[0].read_bytes() and b"histogram" in logs[0].read_bytes()
 
+    # evaluate.py re-tunes lambda_test on the run's own held-out slice, over a grid given on the command line.
+    again = tmp_path / "evaluate"
+    grid = "method.lambda_test_grid=[0.5,1.0,2.0]"
+    run_app("evaluate.py", f"run_dir={jobs[0]}", "method=clear", grid, f"hydra.run.dir={again}")
+    retuned = json.loads((again / "results.json").read_text())
+    assert retuned["tuning"]["queries"] == 10 and set(retuned["tuning"]["curve_mrr10"]) == {"0.5", "1.0", "2.0"}
+    assert retuned["k"] == 100  # the run's evaluation settings carry over
+    # Tuning on more queries than training held out would tune on trained-on queries: refused.
+    failed = run_app("evaluate.py", f"run_dir={jobs[0]}", "eval.tune_queries=50", f"hydra.run.dir={again}", ok=False)
+    assert "held out only 10 training queries" in failed
+
 
 @pytest.mark.slow
 def test_margin_distribution_is_logged_as_scalars(tiny_dir: Path, tmp_path: Path) -> None:

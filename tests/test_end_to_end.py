@@ -13,11 +13,15 @@ from tests.conftest import beir_layout
 REPO = Path(__file__).resolve().parents[1]
 
 
-def run_app(script: str, *overrides: str) -> str:
+def run_app(script: str, *overrides: str, ok: bool = True) -> str:
+    """Run an app as a user does; its stdout, or with ``ok=False`` (it must fail) its stdout and stderr."""
     env = {**os.environ, "WANDB_MODE": "offline", "HF_HUB_OFFLINE": "1"}
     done = subprocess.run(
         [sys.executable, script, *overrides], cwd=REPO, env=env, capture_output=True, text=True, timeout=600
     )
+    if not ok:
+        assert done.returncode != 0, done.stdout[-3000:]
+        return done.stdout + done.stderr
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     return done.stdout
 
