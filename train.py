@@ -11,7 +11,7 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
-from retrieval_zoo.loggers import finish, make_logger
+from retrieval_zoo.loggers import finish, log_results, make_logger
 from retrieval_zoo.pipeline import build_collection_and_bm25, evaluate_method, identity, run_config
 
 
@@ -43,12 +43,11 @@ def main(cfg: DictConfig) -> dict[str, dict[str, float]]:
             if best:
                 model.load_state_dict(torch.load(best, map_location="cpu", weights_only=False)["state_dict"])
                 print(f"[train] best checkpoint: {best}")
-        results = evaluate_method(
+        summary = evaluate_method(
             model, collection, bm25, collection.eval_split, cfg.eval.k, out_dir, names["method"], cfg.eval.tune_queries
         )
-        if logger:
-            logger.log_metrics({f"eval/{s}/{m}": v for s, ms in results.items() for m, v in ms.items()})
-        return results
+        log_results(logger, summary)
+        return summary["metrics"]
     finally:
         finish(logger)
 

@@ -88,3 +88,27 @@ def log_histogram(loggers: list[Logger], name: str, values: torch.Tensor, step: 
             import wandb
 
             logger.experiment.log({name: wandb.Histogram(values.cpu().numpy()), "trainer/global_step": step})
+
+
+def log_results(logger: Logger | bool, summary: dict) -> None:
+    """Log a run's evaluation: ``eval/<system>/<measure>``, and any tuned weight with its whole curve.
+
+    Args:
+        logger: The run's logger (False: nothing to log to).
+        summary: What :func:`retrieval_zoo.pipeline.evaluate_method` returns; its ``tuning`` may hold
+            ``lambda_test`` and ``curve_mrr10`` (grid value → MRR@10 on the held-out queries).
+    """
+    if not logger:
+        return
+    metrics = {f"eval/{system}/{m}": v for system, measures in summary["metrics"].items() for m, v in measures.items()}
+    tuning = summary.get("tuning") or {}
+    if "lambda_test" in tuning:
+        metrics["eval/tuning/lambda_test"] = tuning["lambda_test"]
+    logger.log_metrics(metrics)
+    if "curve_mrr10" in tuning and isinstance(logger, WandbLogger):
+        import wandb
+
+        rows = [[float(value), mrr] for value, mrr in tuning["curve_mrr10"].items()]
+        table = wandb.Table(data=rows, columns=["lambda_test", "MRR@10"])
+        curve = wandb.plot.line(table, "lambda_test", "MRR@10", title="lambda_test tuning (held-out train queries)")
+        logger.experiment.log({"eval/tuning/curve": curve})

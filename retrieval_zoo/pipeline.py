@@ -38,12 +38,16 @@ def evaluate_method(
     out_dir: Path,
     name: str,
     tune_queries: int = 0,
-) -> dict[str, dict[str, float]]:
+) -> dict:
     """Retrieve ``split``'s judged queries with ``model`` and with BM25, write runs and results, print the table.
 
     With ``tune_queries`` > 0 the method first tunes its retrieval-time weights on that many held-out training
     queries (:meth:`Collection.tuning_qids`). Writes ``run.<split>.trec``, ``run.<split>.bm25.trec``, one run per
     component of the method (``run.<split>.<part>.trec``) and ``results.json`` into ``out_dir``.
+
+    Returns:
+        What ``results.json`` holds: ``metrics`` (system → measure → value), ``tuning``, ``seconds`` and the
+        collection, split, query count and depth.
     """
     queries = collection.judged_queries(split)
     qrels = collection.qrels[split]
@@ -70,8 +74,9 @@ def evaluate_method(
     print(f"\n{collection.name} / {split}: {len(queries):,} judged queries, depth {k}\n{table}\n")
     summary = {"collection": collection.name, "collection_fingerprint": collection.fingerprint, "split": split}
     summary |= {"queries": len(queries), "k": k}
-    write_json(out_dir / "results.json", {**summary, "metrics": results, "seconds": timings, "tuning": tuning})
-    return results
+    summary |= {"metrics": results, "seconds": timings, "tuning": tuning}
+    write_json(out_dir / "results.json", summary)
+    return summary
 
 
 def build_collection_and_bm25(cfg: DictConfig) -> tuple[Collection, BM25]:

@@ -33,6 +33,8 @@ def test_clear_and_its_ablations_compose_and_run(tiny_dir: Path, tmp_path: Path)
         # The margin's distribution went to wandb as a histogram (the offline run's log holds it).
         logs = list((job / "wandb").glob("offline-run-*/run-*.wandb"))
         assert logs and b"train/margin" in logs[0].read_bytes() and b"histogram" in logs[0].read_bytes()
+        # ... and the lambda_test tuning curve as a wandb table.
+        assert list(job.glob("wandb/offline-run-*/files/media/table/eval/tuning/curve*.table.json"))
 
     # evaluate.py re-tunes lambda_test on the run's own held-out slice, over a grid given on the command line.
     again = tmp_path / "evaluate"

@@ -18,6 +18,7 @@ import multiprocessing
 import os
 from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 from functools import cache
 from types import ModuleType
 from typing import Any
@@ -72,7 +73,14 @@ class LuceneWorker:
             context = multiprocessing.get_context("spawn")
             cls._executor = ProcessPoolExecutor(max_workers=1, mp_context=context)
             atexit.register(cls.shutdown)
-        return cls._executor.submit(fn, *args).result()
+        try:
+            return cls._executor.submit(fn, *args).result()
+        except BrokenProcessPool as error:
+            cls._executor = None  # the next call starts a fresh worker
+            raise RuntimeError(
+                f"the Java (Lucene) worker process died during {fn.__name__}: out of memory, a JVM crash, or a script "
+                "without `if __name__ == '__main__':` (the worker is spawned and re-imports the main module)"
+            ) from error
 
     @classmethod
     def shutdown(cls) -> None:
