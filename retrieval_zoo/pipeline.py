@@ -11,7 +11,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from retrieval_zoo.cache import write_json
 from retrieval_zoo.data.collections import Collection
-from retrieval_zoo.data.formats import write_run
+from retrieval_zoo.data.formats import as_written, write_run
 from retrieval_zoo.evaluation import evaluate, format_table
 from retrieval_zoo.lexical.bm25 import BM25
 from retrieval_zoo.methods.base import RetrievalMethod
@@ -62,12 +62,13 @@ def evaluate_method(
             held_out = {q: train_queries[q] for q in collection.tuning_qids(tune_queries)}
             train_qrels = collection.qrels[collection.train_split]
             tuning = model.tune(retriever, held_out, {q: train_qrels[q] for q in held_out})
-        run = retriever.search(queries, k)
+        run = as_written(retriever.search(queries, k))  # scored as trec_eval scores the written file
         timings[system] = time.perf_counter() - started
         write_run(out_dir / run_name, run, tag=system)
         results[system] = evaluate(run, qrels)
         if system == name:
             for part, part_run in model.component_runs(retriever, queries, k).items():
+                part_run = as_written(part_run)
                 write_run(out_dir / f"run.{split}.{part}.trec", part_run, tag=f"{name}_{part}")
                 results[f"{name} ({part})"] = evaluate(part_run, qrels)
     table = format_table(results)

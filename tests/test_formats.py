@@ -127,3 +127,16 @@ def test_unknown_ids_in_msmarco_qrels(tmp_path: Path) -> None:
         msmarco_tsv("x", str(tmp_path), "collection.tsv", {"dev": "queries.tsv"}, {"dev": "qrels.tsv"})
     with pytest.raises(FileNotFoundError, match="does not exist"):
         msmarco_tsv("x", str(tmp_path / "nope"), "collection.tsv", {}, {})
+
+
+def test_evaluating_as_written_matches_the_file(tmp_path: Path) -> None:
+    from retrieval_zoo.data.formats import as_written
+    from retrieval_zoo.evaluation import evaluate
+
+    # 4e-7 apart: distinct for trec_eval in memory, tied once written with 6 decimals (then: higher id first).
+    run = {"q": {"a": 0.5 + 4e-7, "b": 0.5}}
+    qrels = {"q": {"b": 1}}
+    write_run(tmp_path / "run.trec", run)
+    from_file = evaluate(read_run(tmp_path / "run.trec"), qrels)["MRR@10"]
+    assert evaluate(run, qrels)["MRR@10"] == 0.5 and from_file == 1.0 == evaluate(as_written(run), qrels)["MRR@10"]
+    assert (tmp_path / "run.trec").read_text().splitlines()[0].split()[2:4] == ["b", "1"]  # ranks agree with scores

@@ -127,12 +127,24 @@ def top_k(run: Run, k: int) -> Run:
     return {qid: dict(ranked(scores)[:k]) for qid, scores in run.items()}
 
 
+RUN_SCORE_DECIMALS = 6
+
+
+def as_written(run: Run) -> Run:
+    """The run with the scores a TREC run file holds (rounded to :data:`RUN_SCORE_DECIMALS`).
+
+    Evaluating this, rather than the full-precision run, gives exactly what trec_eval gives on the file: rounding
+    can turn near-ties into ties, which trec_eval breaks by document id.
+    """
+    return {qid: {d: round(score, RUN_SCORE_DECIMALS) for d, score in docs.items()} for qid, docs in run.items()}
+
+
 def write_run(path: str | Path, run: Run, tag: str = "retrieval_zoo") -> None:
-    """Write a TREC run file atomically, queries in id order and documents by rank."""
+    """Write a TREC run file atomically, queries in id order and documents ranked as trec_eval reads them back."""
     with atomic_path(path) as tmp, open_text(tmp, "w") as f:
-        for qid in sorted(run):
-            for rank, (docid, score) in enumerate(ranked(run[qid]), start=1):
-                f.write(f"{qid} Q0 {docid} {rank} {score:.6f} {tag}\n")
+        for qid, docs in sorted(as_written(run).items()):
+            for rank, (docid, score) in enumerate(ranked(docs), start=1):
+                f.write(f"{qid} Q0 {docid} {rank} {score:.{RUN_SCORE_DECIMALS}f} {tag}\n")
 
 
 def write_id_text_tsv(path: str | Path, table: Mapping[str, str]) -> None:
