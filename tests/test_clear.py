@@ -15,6 +15,15 @@ def test_markers_are_single_added_tokens() -> None:
     assert model.encoder.get_input_embeddings().num_embeddings == len(model.tokenizer)
 
 
+def test_embedding_ignores_padding() -> None:
+    """Eq. 2–3 average real tokens only: a text's vector is the same alone and padded beside a longer one."""
+    model = CLEAR(TinyRandomBackbone(hidden_size=32)).eval()
+    with torch.inference_mode():
+        alone = model.encode_doc(["short text"])
+        padded = model.encode_doc(["short text", "a much longer document that forces padding on the first"])
+    assert torch.allclose(alone[0], padded[0], atol=1e-5)
+
+
 def test_losses_use_the_bm25_residual() -> None:
     model = CLEAR(TinyRandomBackbone(hidden_size=32), lambda_train=0.1, xi=1.0)
     batch = TrainBatch(
