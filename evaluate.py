@@ -89,7 +89,10 @@ def main(cfg: DictConfig) -> dict[str, dict[str, float]]:
     name = str(cfg.method_name)
     collection, bm25 = build_collection_and_bm25(cfg)
     split = cfg.eval.split or collection.eval_split
-    return evaluate_method(model, collection, bm25, split, cfg.eval.k, out_dir, name, cfg.eval.tune_queries)["metrics"]
+    summary = evaluate_method(
+        model, collection, bm25, split, cfg.eval.k, out_dir, name, cfg.eval.tune_queries, cfg.eval.get("roc_k", 10)
+    )
+    return summary["metrics"]
 
 
 if __name__ == "__main__":

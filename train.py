@@ -43,9 +43,11 @@ def main(cfg: DictConfig) -> dict[str, dict[str, float]]:
             if best:
                 model.load_state_dict(torch.load(best, map_location="cpu", weights_only=False)["state_dict"])
                 print(f"[train] best checkpoint: {best}")
+        eval_cfg = cfg.eval
         summary = evaluate_method(
-            model, collection, bm25, collection.eval_split, cfg.eval.k, out_dir, names["method"], cfg.eval.tune_queries
-        )
+            model, collection, bm25, collection.eval_split, eval_cfg.k, out_dir, names["method"],
+            eval_cfg.tune_queries, eval_cfg.roc_k,
+        )  # fmt: skip
         log_results(logger, summary)
         return summary["metrics"]
     finally:

@@ -104,7 +104,12 @@ def log_results(logger: Logger | bool, summary: dict) -> None:
     tuning = summary.get("tuning") or {}
     if "lambda_test" in tuning:
         metrics["eval/tuning/lambda_test"] = tuning["lambda_test"]
+    metrics |= {f"eval/complementarity/{key}": v for key, v in (summary.get("complementarity") or {}).items()}
     logger.log_metrics(metrics)
+    if summary.get("complementarity_figure") and isinstance(logger, WandbLogger):
+        import wandb
+
+        logger.experiment.log({"eval/complementarity/venn": wandb.Image(summary["complementarity_figure"])})
     if "curve_mrr10" in tuning and isinstance(logger, WandbLogger):
         import wandb
 

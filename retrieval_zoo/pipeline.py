@@ -10,6 +10,7 @@ from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
 from retrieval_zoo.cache import write_json
+from retrieval_zoo.complementarity import complementarity, venn_figure
 from retrieval_zoo.data.collections import Collection
 from retrieval_zoo.data.formats import as_written, write_run
 from retrieval_zoo.evaluation import evaluate, format_table
@@ -38,22 +39,25 @@ def evaluate_method(
     out_dir: Path,
     name: str,
     tune_queries: int = 0,
+    roc_k: int = 10,
 ) -> dict:
     """Retrieve ``split``'s judged queries with ``model`` and with BM25, write runs and results, print the table.
 
     With ``tune_queries`` > 0 the method first tunes its retrieval-time weights on that many held-out training
     queries (:meth:`Collection.tuning_qids`). Writes ``run.<split>.trec``, ``run.<split>.bm25.trec``, one run per
-    component of the method (``run.<split>.<part>.trec``) and ``results.json`` into ``out_dir``.
+    component of the method (``run.<split>.<part>.trec``) and ``results.json`` into ``out_dir``. For a hybrid
+    (``model.complementarity_parts``), also RoC's complementarity of its two sides at ``roc_k`` (Eq. 1) and its
+    Venn figure ``roc.<split>.png``.
 
     Returns:
-        What ``results.json`` holds: ``metrics`` (system → measure → value), ``tuning``, ``seconds`` and the
-        collection, split, query count and depth.
+        What ``results.json`` holds: ``metrics`` (system → measure → value), ``tuning``, ``complementarity``,
+        ``seconds`` and the collection, split, query count and depth.
     """
     queries = collection.judged_queries(split)
     qrels = collection.qrels[split]
     if model.trainable:
         model.eval().to("cuda" if torch.cuda.is_available() else "cpu")
-    results, timings, tuning = {}, {}, {}
+    results, timings, tuning, parts = {}, {}, {}, {}
     for system, run_name in (("BM25", f"run.{split}.bm25.trec"), (name, f"run.{split}.trec")):
         started = time.perf_counter()
         retriever = bm25 if system == "BM25" else model.build_retriever(collection)
@@ -71,11 +75,19 @@ def evaluate_method(
                 part_run = as_written(part_run)
                 write_run(out_dir / f"run.{split}.{part}.trec", part_run, tag=f"{name}_{part}")
                 results[f"{name} ({part})"] = evaluate(part_run, qrels)
+                parts[part] = part_run
     table = format_table(results)
     print(f"\n{collection.name} / {split}: {len(queries):,} judged queries, depth {k}\n{table}\n")
     summary = {"collection": collection.name, "collection_fingerprint": collection.fingerprint, "split": split}
     summary |= {"queries": len(queries), "k": k}
-    summary |= {"metrics": results, "seconds": timings, "tuning": tuning}
+    summary |= {"metrics": results, "seconds": timings, "tuning": tuning, "complementarity": {}}
+    if model.complementarity_parts:
+        lexical, semantic = (parts[p] for p in model.complementarity_parts)
+        stats = summary["complementarity"] = complementarity(lexical, semantic, qrels, roc_k)
+        title = f"{name} ({' vs '.join(model.complementarity_parts)})"
+        figure = venn_figure(stats, out_dir / f"roc.{split}.png", title)
+        summary["complementarity_figure"] = str(figure)
+        print(f"complementarity at {roc_k}: " + ", ".join(f"{key} {value:g}" for key, value in stats.items()))
     write_json(out_dir / "results.json", summary)
     return summary
 

@@ -25,7 +25,11 @@ def test_clear_and_its_ablations_compose_and_run(tiny_dir: Path, tmp_path: Path)
     assert [c.count("experiment=clear\n") + c.count("experiment=clear_constant_margin") for c in configs] == [1, 1, 0]
     for job in jobs:
         results = json.loads((job / "results.json").read_text())
-        assert set(results["metrics"]) == {"BM25", "clear", "clear (dense)"}
+        assert set(results["metrics"]) == {"BM25", "clear", "clear (lexical)", "clear (dense)"}
+        assert results["metrics"]["clear (lexical)"] == pytest.approx(results["metrics"]["BM25"])
+        roc = results["complementarity"]  # RoC Eq. 1 of BM25 (S) vs. the embedding (D) at 10
+        assert roc["k"] == 10 and roc["D-S"] + roc["D∩S"] == roc["D"] and 0 <= roc["RoC"] <= 1
+        assert (job / "roc.dev.png").exists()
         tuning = results["tuning"]
         assert tuning["queries"] == 10 and len(tuning["curve_mrr10"]) == 10
         assert str(tuning["lambda_test"]) in tuning["curve_mrr10"]
@@ -35,6 +39,7 @@ def test_clear_and_its_ablations_compose_and_run(tiny_dir: Path, tmp_path: Path)
         assert logs and b"train/margin" in logs[0].read_bytes() and b"histogram" in logs[0].read_bytes()
         # ... and the lambda_test tuning curve as a wandb table.
         assert list(job.glob("wandb/offline-run-*/files/media/table/eval/tuning/curve*.table.json"))
+        assert list(job.glob("wandb/offline-run-*/files/media/images/eval/complementarity/venn*.png"))
 
     # evaluate.py re-tunes lambda_test on the run's own held-out slice, over a grid given on the command line.
     again = tmp_path / "evaluate"

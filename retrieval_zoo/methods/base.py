@@ -69,6 +69,8 @@ class RetrievalMethod(L.LightningModule):
     Class attributes:
         needs: Optional batch fields the method reads (see :data:`retrieval_zoo.data.datamodule.FIELDS`).
         trainable: False for methods without parameters (BM25): the apps skip training.
+        complementarity_parts: For a hybrid, the names of its lexical and semantic :meth:`component_runs`, whose
+            complementarity (RoC's Eq. 1) evaluation reports.
 
     Args:
         optim: Optimiser settings.
@@ -77,6 +79,7 @@ class RetrievalMethod(L.LightningModule):
 
     needs: ClassVar[frozenset[str]] = frozenset()
     trainable: ClassVar[bool] = True
+    complementarity_parts: ClassVar[tuple[str, str] | None] = None
 
     def __init__(self, optim: Optim | None = None, val_k: int = 100) -> None:
         super().__init__()

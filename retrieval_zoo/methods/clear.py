@@ -55,6 +55,7 @@ class CLEAR(DenseBiEncoder):
     """
 
     needs: ClassVar[frozenset[str]] = frozenset({"bm25_scores"})
+    complementarity_parts: ClassVar[tuple[str, str]] = ("lexical", "dense")
 
     def __init__(
         self,
@@ -124,8 +125,8 @@ class CLEAR(DenseBiEncoder):
         return {"lambda_test": self.lambda_test, "curve_mrr10": curve, "queries": len(queries)}
 
     def component_runs(self, retriever: HybridRetriever, queries: dict[str, str], k: int) -> dict[str, Run]:
-        """The embedding alone (CLEAR's dense part)."""
-        return {"dense": retriever.side("dense", queries, k)}
+        """BM25 alone (CLEAR's lexical part) and the embedding alone (its dense part)."""
+        return {part: retriever.side(part, queries, k) for part in ("lexical", "dense")}
 
     def build_retriever(self, collection: Collection) -> HybridRetriever:
         """BM25 ∪ embedding candidates ranked by λ_test·BM25 + s_emb (Eq. 8)."""

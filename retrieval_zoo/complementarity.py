@@ -1,0 +1,77 @@
+"""How complementary a hybrid's two sides are: RoC's Ratio of Complementarity (roc.md §1, Eq. 1) and its Venn figure.
+
+Over the judged queries U, S is the set a hybrid's lexical side answers (a relevant document in its top k) and D
+the set its semantic side answers. RoC = |D − S| / |D| = 1 − |D ∩ S| / |D|: 1 when the sides answer disjoint
+queries, 0 when D ⊆ S. The failures |U − D ∪ S| are the queries neither side answers at k.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from retrieval_zoo.cache import atomic_path
+from retrieval_zoo.data.formats import Qrels, Run, ranked
+from retrieval_zoo.evaluation import judged
+
+
+def answered(run: Run, qrels: Qrels, k: int) -> set[str]:
+    """The judged queries with a relevant document among ``run``'s top ``k`` (trec_eval's order)."""
+    return {
+        qid
+        for qid, rels in judged(qrels).items()
+        if any(rels.get(docid, 0) > 0 for docid, _ in ranked(run.get(qid, {}))[:k])
+    }
+
+
+def complementarity(lexical: Run, semantic: Run, qrels: Qrels, k: int = 10) -> dict[str, float]:
+    """RoC (Eq. 1) and the set sizes behind it, at cutoff ``k``.
+
+    Returns:
+        ``k``, ``U`` (judged queries), ``S``, ``D``, ``D-S``, ``S-D``, ``D∩S``, ``failures`` (|U − D ∪ S|) and
+        ``RoC`` (0 when D is empty).
+    """
+    universe = set(judged(qrels))
+    s, d = answered(lexical, qrels, k), answered(semantic, qrels, k)
+    return {
+        "k": k,
+        "U": len(universe),
+        "S": len(s),
+        "D": len(d),
+        "D-S": len(d - s),
+        "S-D": len(s - d),
+        "D∩S": len(d & s),
+        "failures": len(universe - (d | s)),
+        "RoC": len(d - s) / len(d) if d else 0.0,
+    }
+
+
+def venn_figure(stats: dict[str, float], path: str | Path, title: str) -> Path:
+    """Draw the two sides' answered sets like RoC's Figure 1 (percent of U in each region), as a PNG."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from matplotlib.patches import Circle
+
+    total = max(1, stats["U"])
+
+    def share(n: float) -> str:
+        return f"{int(n):,}\n({100 * n / total:.1f}%)"
+
+    figure, axes = plt.subplots(figsize=(5.2, 3.8))
+    axes.add_patch(Circle((-0.45, 0), 1.0, color="#f2c14e", alpha=0.6, label=f"S: lexical ({int(stats['S']):,})"))
+    axes.add_patch(Circle((0.45, 0), 1.0, color="#5b8def", alpha=0.5, label=f"D: semantic ({int(stats['D']):,})"))
+    for x, key in ((-0.95, "S-D"), (0.0, "D∩S"), (0.95, "D-S")):
+        axes.text(x, 0, share(stats[key]), ha="center", va="center", fontsize=9)
+    axes.text(0, -1.3, f"failures |U − D∪S| = {share(stats['failures'])}".replace("\n", " "), ha="center", fontsize=9)
+    axes.set_title(f"{title}: RoC = {stats['RoC']:.3f} at R@{stats['k']}", fontsize=10)
+    axes.set_xlim(-1.6, 1.6)
+    axes.set_ylim(-1.5, 1.2)
+    axes.set_aspect("equal")
+    axes.axis("off")
+    axes.legend(loc="upper center", bbox_to_anchor=(0.5, 1.02), ncol=2, fontsize=8, frameon=False)
+    path = Path(path)
+    with atomic_path(path) as tmp:
+        figure.savefig(tmp, format="png", dpi=120, bbox_inches="tight")
+    plt.close(figure)
+    return path
