@@ -77,7 +77,10 @@ def test_a_side_alone_reuses_the_fused_search() -> None:
     retriever = HybridRetriever(FakeBM25(), CountingDense(), lambda_lex=0.5, depth=2)
     retriever.search({"q": "text"}, k=3)
     model = CLEAR.__new__(CLEAR)  # component_runs reads nothing from the model
-    assert CLEAR.component_runs(model, retriever, {"q": "text"}, 1) == {"dense": {"q": {"c": 3.0}}}
+    assert CLEAR.component_runs(model, retriever, {"q": "text"}, 1) == {
+        "lexical": {"q": {"a": 10.0}},
+        "dense": {"q": {"c": 3.0}},
+    }
     assert calls == [2]  # one dense search, shared by the fusion and the dense-only run
     retriever.side("dense", {"q": "text"}, 5)  # deeper than the fusion's depth: a search of its own
     assert calls == [2, 5]
