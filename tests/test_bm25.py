@@ -36,6 +36,11 @@ def test_term_weights_sum_to_the_pair_score(tiny, tiny_bm25) -> None:
     assert idf[rare] >= idf[common]
     with pytest.raises(KeyError, match="unknown document id"):
         tiny_bm25.document_term_weights([docid, "no-such-doc"])
+    # RoC's pair (Eq. 3): query IDF · document TF saturation = BM25 over the query's distinct terms.
+    [saturation] = tiny_bm25.document_term_weights([docid], saturation_only=True)
+    assert saturation.keys() == weights.keys() and all(0 < v < 1 for v in saturation.values())  # tf/(tf + k1·norm)
+    distinct = sum(idf[t] * saturation.get(t, 0.0) for t in idf)
+    assert distinct == pytest.approx(sum(weights.get(t, 0.0) for t in set(terms)), rel=1e-5)
 
 
 def test_a_cache_that_does_not_match_the_collection_is_an_error(tiny, tiny_bm25) -> None:

@@ -1,8 +1,8 @@
 """The one DataModule every method trains on: groups of (query, positive, n negatives) over any collection.
 
 Optional batch fields are filled only when the method declares it needs them (``method.needs``):
-``bm25_scores`` (BM25 of every pair of the group), ``bm25_vectors`` (BM25 term weights of documents and IDF of
-queries) and ``teacher_scores`` (from a run file, for distillation). All BM25 work happens once in
+``bm25_scores`` (BM25 of every pair of the group), ``bm25_vectors`` (IDF of query terms and TF saturation of
+document terms, whose inner product is BM25: RoC's q_bm25 and d_bm25) and ``teacher_scores`` (from a run file, for distillation). All BM25 work happens once in
 :meth:`TriplesDataModule.setup`, before training, so no training step waits on Java.
 """
 
@@ -34,7 +34,7 @@ class TrainBatch:
         docs: (B·G,) document texts, row-major.
         bm25_scores: (B, G) BM25(q, d), when the method needs it.
         bm25_query_vectors: (B,) term → IDF, when the method needs BM25 vectors.
-        bm25_doc_vectors: (B·G,) term → BM25 weight, when the method needs BM25 vectors.
+        bm25_doc_vectors: (B·G,) term → BM25 TF saturation, when the method needs BM25 vectors.
         teacher_scores: (B, G) teacher scores, when the method distils.
     """
 

@@ -82,6 +82,7 @@ def precompute_fields(
         tables["teacher_scores"] = PairTable("teacher_scores", teacher_run or {})
     if "bm25_vectors" in needs:
         docids = sorted({d for docs in pairs.values() for d in docs})
-        tables["doc_weights"] = dict(zip(docids, bm25.document_term_weights(docids), strict=True))
+        saturation = bm25.document_term_weights(docids, saturation_only=True)
+        tables["doc_weights"] = dict(zip(docids, saturation, strict=True))
         tables["query_idf"] = dict(zip(qids, bm25.query_idf([queries[q] for q in qids]), strict=True))
     return tables

@@ -144,9 +144,15 @@ class BM25:
         texts = [(queries[qid], docid) for qid, docid in pairs]
         return LuceneWorker.call(lucene_ops.pair_scores, str(self.index_dir), self.k1, self.b, texts)
 
-    def document_term_weights(self, docids: list[str]) -> list[dict[str, float]]:
-        """Per document: analysed term → BM25 weight (IDF × TF saturation), as in Lucene's BM25 sum."""
-        vectors = LuceneWorker.call(lucene_ops.document_term_weights, str(self.index_dir), self.k1, self.b, docids)
+    def document_term_weights(self, docids: list[str], saturation_only: bool = False) -> list[dict[str, float]]:
+        """Per document: analysed term → BM25 weight (IDF × TF saturation), as in Lucene's BM25 sum.
+
+        With ``saturation_only``, the TF saturation alone (RoC's d_bm25, Eq. 3): its inner product with
+        :meth:`query_idf` is BM25(q, d) over the query's distinct terms.
+        """
+        vectors = LuceneWorker.call(
+            lucene_ops.document_term_weights, str(self.index_dir), self.k1, self.b, docids, saturation_only
+        )
         missing = next((d for d, v in zip(docids, vectors, strict=True) if v is None), None)
         if missing is not None:
             raise KeyError(f"unknown document id {missing!r}")

@@ -42,18 +42,34 @@ def pair_scores(index_dir: str, k1: float, b: float, pairs: list[tuple[str, str]
     return scores
 
 
-def document_term_weights(index_dir: str, k1: float, b: float, docids: list[str]) -> list[dict[str, float] | None]:
-    """Per document: analysed term → BM25 weight (IDF × TF saturation); None for an unknown docid."""
+def document_term_weights(
+    index_dir: str, k1: float, b: float, docids: list[str], saturation_only: bool = False
+) -> list[dict[str, float] | None]:
+    """Per document: analysed term → BM25 weight (IDF × TF saturation); None for an unknown docid.
+
+    With ``saturation_only``, the TF saturation alone: the weight divided by the term's IDF, which keeps Lucene's
+    quantised length norm exactly.
+    """
     reader = _reader(index_dir)
+    n_docs = reader.stats()["documents"]
+    weight = reader.compute_bm25_term_weight
     out: list[dict[str, float] | None] = []
     for docid in tqdm(docids, desc="bm25 doc vectors", leave=False, mininterval=5):
         vector = reader.get_document_vector(docid)
         if vector is None:
             out.append(None)
             continue
-        weight = reader.compute_bm25_term_weight
-        out.append({t: float(weight(docid, t, analyzer=None, k1=k1, b=b)) for t in vector})
+        weights = {t: float(weight(docid, t, analyzer=None, k1=k1, b=b)) for t in vector}
+        if saturation_only:
+            weights = {t: w / _idf(reader, t, n_docs) for t, w in weights.items()}
+        out.append(weights)
     return out
+
+
+def _idf(reader: Any, term: str, n_docs: int) -> float:
+    """Lucene's BM25 IDF of an analysed term: log(1 + (N − df + 0.5)/(df + 0.5)); 0 when df = 0."""
+    df, _ = reader.get_term_counts(term, analyzer=None)
+    return math.log(1 + (n_docs - df + 0.5) / (df + 0.5)) if df > 0 else 0.0
 
 
 def query_idf(index_dir: str, texts: list[str]) -> list[dict[str, float]]:
@@ -62,12 +78,8 @@ def query_idf(index_dir: str, texts: list[str]) -> list[dict[str, float]]:
     n_docs = reader.stats()["documents"]
     out = []
     for text in texts:
-        idf = {}
-        for term in reader.analyze(text):
-            df, _ = reader.get_term_counts(term, analyzer=None)
-            if df > 0:
-                idf[term] = math.log(1 + (n_docs - df + 0.5) / (df + 0.5))
-        out.append(idf)
+        idf = {term: _idf(reader, term, n_docs) for term in reader.analyze(text)}
+        out.append({term: value for term, value in idf.items() if value > 0})
     return out
 
 
