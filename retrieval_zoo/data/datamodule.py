@@ -2,8 +2,9 @@
 
 Optional batch fields are filled only when the method declares it needs them (``method.needs``):
 ``bm25_scores`` (BM25 of every pair of the group), ``bm25_vectors`` (IDF of query terms and TF saturation of
-document terms, whose inner product is BM25: RoC's q_bm25 and d_bm25) and ``teacher_scores`` (from a run file, for distillation). All BM25 work happens once in
-:meth:`TriplesDataModule.setup`, before training, so no training step waits on Java.
+document terms, whose inner product is BM25: RoC's q_bm25 and d_bm25) and ``teacher_scores`` (from a run file,
+for distillation). All BM25 work happens once in :meth:`TriplesDataModule.setup`, before training, so no training
+step waits on Java.
 """
 
 from __future__ import annotations
