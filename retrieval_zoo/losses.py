@@ -82,3 +82,23 @@ def residual_hinge(emb_positive: torch.Tensor, emb_negative: torch.Tensor, margi
         Scalar mean loss over the B·n triplets.
     """
     return torch.relu(margin - emb_positive.unsqueeze(1) + emb_negative).mean()
+
+
+def orthogonality(
+    query_lex: torch.Tensor, query_sem: torch.Tensor, doc_lex: torch.Tensor, doc_sem: torch.Tensor
+) -> torch.Tensor:
+    """RoC's embedding-level orthogonality, Eq. 8: cos²(q_lex, q_sem) + cos²(d_lex, d_sem), each side averaged.
+
+    Args:
+        query_lex: (B, H) projected BM25 query vectors (Eq. 3).
+        query_sem: (B, H) semantic query vectors (Eq. 6).
+        doc_lex: (N, H) projected BM25 document vectors.
+        doc_sem: (N, H) semantic document vectors (of the perturbed documents d', Eq. 10, when masking is on).
+
+    Returns:
+        Scalar: mean over queries of cos² plus mean over documents of cos²; 0 when every pair is orthogonal. A zero
+        lexical vector (no term known to the index) counts as orthogonal.
+    """
+    query_cos = F.cosine_similarity(query_lex, query_sem, dim=-1, eps=1e-8)
+    doc_cos = F.cosine_similarity(doc_lex, doc_sem, dim=-1, eps=1e-8)
+    return query_cos.pow(2).mean() + doc_cos.pow(2).mean()

@@ -103,3 +103,38 @@ def test_pair_max_normalised_margin_by_hand() -> None:
     assert torch.allclose(margin, torch.tensor([[0.25, 1.25], [1.0, 2.0]]))
     with pytest.raises(ValueError, match="pair_max"):
         residual_margin(lex_pos, lex_neg, xi=1.0, lambda_train=1.0, normalization="zscore")
+
+
+def test_orthogonality_loss_by_hand() -> None:
+    from retrieval_zoo.losses import orthogonality
+
+    q_lex = torch.tensor([[1.0, 0.0], [1.0, 1.0]])
+    q_sem = torch.tensor([[0.0, 2.0], [1.0, 0.0]])  # cos = 0 and 1/√2 → cos² = 0, 0.5 → mean 0.25
+    d_lex = torch.tensor([[3.0, 0.0], [0.0, 0.0]])
+    d_sem = torch.tensor([[-1.0, 0.0], [1.0, 1.0]])  # cos = −1 → 1; a zero lexical vector → 0 → mean 0.5
+    assert orthogonality(q_lex, q_sem, d_lex, d_sem).item() == pytest.approx(0.25 + 0.5)
+
+
+def test_masking_touches_only_exact_matches_in_the_configured_fraction() -> None:
+    from retrieval_zoo.methods.encoding import mask_exact_matches
+
+    cls, sep, pad, mask = 101, 102, 0, 103
+    query = torch.tensor([[cls, 7, 8, sep], [cls, 9, sep, pad]])
+    # Query 0 owns documents 0-1, query 1 owns 2-3 (G = 2). Document 0 has 20 matches of 7/8 among other tokens.
+    doc0 = [cls] + [7, 8, 50, 51] * 10 + [sep]
+    docs = torch.tensor(
+        [doc0, [cls, 9, 9, 60] + [pad] * 38, [cls, 9, 7, 9] + [sep] + [pad] * 37, [cls, 61, 62, sep] + [pad] * 38]
+    )
+    masked = mask_exact_matches(docs, query, fraction=0.15, mask_id=mask, special_ids=[cls, sep, pad, mask])
+    changed = masked != docs
+    assert changed[0].sum() == 3  # 15% of 20 exact-match positions
+    assert set(docs[0][changed[0]].tolist()) <= {7, 8}  # only exact matches
+    assert not changed[1].any()  # 9 is not in query 0
+    assert (masked[changed] == mask).all() and not changed[3].any()
+    everything = mask_exact_matches(docs, query, fraction=1.0, mask_id=mask, special_ids=[cls, sep, pad, mask])
+    assert everything[2].tolist()[:5] == [cls, mask, 7, mask, sep]  # 7 belongs to query 0, not to query 1
+    # Stochastic rounding: 15% of 2 positions masks one position 30% of the time, in expectation.
+    g = torch.Generator().manual_seed(0)
+    counts = [int((mask_exact_matches(docs, query, 0.15, mask, [cls, sep, pad, mask], g)[2] == mask).sum())
+              for _ in range(2000)]  # fmt: skip
+    assert sum(counts) / 2000 == pytest.approx(0.3, abs=0.04)

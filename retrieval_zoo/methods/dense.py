@@ -59,11 +59,18 @@ class DenseBiEncoder(RetrievalMethod):
         self.in_batch_negatives, self.temperature = in_batch_negatives, temperature
         self.index_factory, self.encode_batch_size = index_factory, encode_batch_size
 
-    def _encode(self, texts: list[str], max_length: int) -> torch.Tensor:
+    def _tokenize(self, texts: list[str], max_length: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """(N,) texts → padded input ids and attention mask, both (N, L), on the model's device."""
         tokens = self.tokenizer(texts, padding=True, truncation=True, max_length=max_length, return_tensors="pt")
-        ids, mask = tokens["input_ids"].to(self.device), tokens["attention_mask"].to(self.device)
+        return tokens["input_ids"].to(self.device), tokens["attention_mask"].to(self.device)
+
+    def _embed(self, ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        """(N, L) ids and mask → (N, H) pooled vectors."""
         hidden = self.encoder(input_ids=ids, attention_mask=mask).last_hidden_state  # DistilBERT has no segments
         return POOLING[self.pooling](hidden, mask)
+
+    def _encode(self, texts: list[str], max_length: int) -> torch.Tensor:
+        return self._embed(*self._tokenize(texts, max_length))
 
     def encode_query(self, texts: list[str]) -> torch.Tensor:
         """(B,) texts → (B, H) query vectors."""
