@@ -55,9 +55,9 @@ def mask_exact_matches(
 ) -> torch.Tensor:
     """RoC's input-level orthogonality, Eq. 10: mask a random ``fraction`` of each document's exact-match tokens.
 
-    Exact-match tokens are replaced by [MASK]. X_EM is the set of positions of document d whose token id occurs among its query's (non-special) token ids. Of
-    its n positions, ⌊fraction·n⌋ are masked, plus one more with probability equal to the remainder, so the expected
-    share is exactly ``fraction`` (the paper: 15%). Nothing else is touched.
+    X_EM holds the positions of document d whose token id occurs among its query's non-special token ids; they are
+    replaced by [MASK]. Of its n positions, ⌊fraction·n⌋ are masked, plus one more with probability equal to the
+    remainder, so the expected share is exactly ``fraction`` (the paper: 15%). Nothing else is touched.
 
     Args:
         doc_ids: (N, L) document input ids; document i belongs to query i // (N / B).
