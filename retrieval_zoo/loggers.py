@@ -96,24 +96,25 @@ def log_results(logger: Logger | bool, summary: dict) -> None:
     Args:
         logger: The run's logger (False: nothing to log to).
         summary: What :func:`retrieval_zoo.pipeline.evaluate_method` returns; its ``tuning`` may hold
-            ``lambda_test`` and ``curve_mrr10`` (grid value → MRR@10 on the held-out queries).
+            the tuned ``parameter``, its ``value`` and its ``curve`` (:func:`retrieval_zoo.evaluation.tuning_record`),
+            and, for a hybrid, its ``complementarity`` and figure.
     """
     if not logger:
         return
     metrics = {f"eval/{system}/{m}": v for system, measures in summary["metrics"].items() for m, v in measures.items()}
     tuning = summary.get("tuning") or {}
-    if "lambda_test" in tuning:
-        metrics["eval/tuning/lambda_test"] = tuning["lambda_test"]
+    if tuning:
+        metrics[f"eval/tuning/{tuning['parameter']}"] = tuning["value"]
     metrics |= {f"eval/complementarity/{key}": v for key, v in (summary.get("complementarity") or {}).items()}
     logger.log_metrics(metrics)
-    if summary.get("complementarity_figure") and isinstance(logger, WandbLogger):
-        import wandb
+    if not isinstance(logger, WandbLogger):
+        return
+    import wandb
 
+    if tuning:
+        parameter, measure = tuning["parameter"], tuning["measure"]
+        table = wandb.Table(data=[[float(v), m] for v, m in tuning["curve"].items()], columns=[parameter, measure])
+        title = f"{parameter} tuning on {tuning['queries']} held-out training queries"
+        logger.experiment.log({"eval/tuning/curve": wandb.plot.line(table, parameter, measure, title=title)})
+    if summary.get("complementarity_figure"):
         logger.experiment.log({"eval/complementarity/venn": wandb.Image(summary["complementarity_figure"])})
-    if "curve_mrr10" in tuning and isinstance(logger, WandbLogger):
-        import wandb
-
-        rows = [[float(value), mrr] for value, mrr in tuning["curve_mrr10"].items()]
-        table = wandb.Table(data=rows, columns=["lambda_test", "MRR@10"])
-        curve = wandb.plot.line(table, "lambda_test", "MRR@10", title="lambda_test tuning (held-out train queries)")
-        logger.experiment.log({"eval/tuning/curve": curve})

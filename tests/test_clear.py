@@ -99,8 +99,8 @@ def test_tune_picks_the_best_lambda_on_held_out_queries() -> None:
     retriever = HybridRetriever(Lex(), Dense(), lambda_lex=0.9, depth=2)
     chosen = model.tune(retriever, {"q": "text"}, {"q": {"rel": 1}})
     # rel − x = (5 − 1) + λ·(2 − 9): rel ranks first for λ < 4/7, so 0.0 and 0.5 tie at MRR 1; ties go to the smaller.
-    assert chosen["curve_mrr10"] == {0.0: 1.0, 0.5: 1.0, 0.9: 0.5}
-    assert chosen["lambda_test"] == 0.0 == model.lambda_test == retriever.lambda_lex
+    assert chosen["curve"] == {0.0: 1.0, 0.5: 1.0, 0.9: 0.5}
+    assert chosen["value"] == 0.0 == model.lambda_test == retriever.lambda_lex
 
 
 def test_tuning_averages_over_the_held_out_queries_only(tiny, tiny_bm25, tmp_path) -> None:
@@ -113,4 +113,4 @@ def test_tuning_averages_over_the_held_out_queries_only(tiny, tiny_bm25, tmp_pat
     tuning = json.loads((tmp_path / "results.json").read_text())["tuning"]
     assert tuning["queries"] == 10
     # Averaged over all 120 training queries instead, the MRR could not exceed 10/120.
-    assert tuning["curve_mrr10"]["0.9"] > 0.5
+    assert tuning["curve"]["0.9"] > 0.5

@@ -31,8 +31,8 @@ def test_clear_and_its_ablations_compose_and_run(tiny_dir: Path, tmp_path: Path)
         assert roc["k"] == 10 and roc["D-S"] + roc["D∩S"] == roc["D"] and 0 <= roc["RoC"] <= 1
         assert (job / "roc.dev.png").exists()
         tuning = results["tuning"]
-        assert tuning["queries"] == 10 and len(tuning["curve_mrr10"]) == 10
-        assert str(tuning["lambda_test"]) in tuning["curve_mrr10"]
+        assert tuning["queries"] == 10 and len(tuning["curve"]) == 10 and tuning["parameter"] == "lambda_test"
+        assert str(tuning["value"]) in tuning["curve"] and tuning["measure"] == "MRR@10"
         assert (job / "run.dev.dense.trec").exists()
         # The margin's distribution went to wandb as a histogram (the offline run's log holds it).
         logs = list((job / "wandb").glob("offline-run-*/run-*.wandb"))
@@ -46,7 +46,7 @@ def test_clear_and_its_ablations_compose_and_run(tiny_dir: Path, tmp_path: Path)
     grid = "method.lambda_test_grid=[0.5,1.0,2.0]"
     run_app("evaluate.py", f"run_dir={jobs[0]}", "method=clear", grid, f"hydra.run.dir={again}")
     retuned = json.loads((again / "results.json").read_text())
-    assert retuned["tuning"]["queries"] == 10 and set(retuned["tuning"]["curve_mrr10"]) == {"0.5", "1.0", "2.0"}
+    assert retuned["tuning"]["queries"] == 10 and set(retuned["tuning"]["curve"]) == {"0.5", "1.0", "2.0"}
     assert retuned["k"] == 100  # the run's evaluation settings carry over
     # Tuning on more queries than training held out would tune on trained-on queries: refused.
     failed = run_app("evaluate.py", f"run_dir={jobs[0]}", "eval.tune_queries=50", f"hydra.run.dir={again}", ok=False)

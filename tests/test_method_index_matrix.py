@@ -10,14 +10,16 @@ from retrieval_zoo.index.dense import DenseRetriever, FaissIndex
 from retrieval_zoo.methods.bm25 import BM25Method
 from retrieval_zoo.methods.clear import CLEAR
 from retrieval_zoo.methods.dense import DenseBiEncoder
+from retrieval_zoo.methods.roc import RoC
 
-METHODS = ["bm25", "dense_mean", "dense_cls", "clear"]
+METHODS = ["bm25", "dense_mean", "dense_cls", "clear", "roc"]
 INDEXES = ["lucene", "faiss_flat", "faiss_hnsw", "hybrid"]
 APPLIES = {
     "bm25": {"lucene"},
     "dense_mean": {"faiss_flat", "faiss_hnsw"},
     "dense_cls": {"faiss_flat", "faiss_hnsw"},
     "clear": {"faiss_flat", "faiss_hnsw", "hybrid"},  # its embedding alone, or BM25 ∪ embedding
+    "roc": {"faiss_flat", "faiss_hnsw", "hybrid"},  # its [CLS] part alone, or [projected BM25 ; [CLS]] exactly
 }
 
 
@@ -26,6 +28,8 @@ def make(method: str):
         return BM25Method(threads=2)
     if method == "clear":
         return CLEAR(TinyRandomBackbone(hidden_size=32), encode_batch_size=64, retrieval_depth=20).eval()
+    if method == "roc":
+        return RoC(TinyRandomBackbone(hidden_size=32), encode_batch_size=64).eval()
     pooling = method.split("_")[1]
     return DenseBiEncoder(TinyRandomBackbone(hidden_size=32), pooling=pooling, encode_batch_size=64).eval()
 

@@ -20,7 +20,7 @@ from retrieval_zoo.backbones import Backbone
 from retrieval_zoo.data.collections import Collection
 from retrieval_zoo.data.datamodule import TrainBatch
 from retrieval_zoo.data.formats import Qrels, Run
-from retrieval_zoo.evaluation import MEASURES, evaluate
+from retrieval_zoo.evaluation import grid_search, tuning_record
 from retrieval_zoo.index.dense import DenseRetriever
 from retrieval_zoo.index.fusion import interpolate
 from retrieval_zoo.index.hybrid import HybridRetriever
@@ -117,12 +117,12 @@ class CLEAR(DenseBiEncoder):
     def tune(self, retriever: HybridRetriever, queries: dict[str, str], qrels: Qrels) -> dict:
         """Grid-search λ_test on held-out training queries by MRR@10 (§3.4; paper: 500 queries, {0, 0.1, …, 0.9})."""
         lexical, dense = retriever.runs(queries)
-        curve = {}
-        for value in self.lambda_test_grid:
-            fused = interpolate(dense, lexical, weight_a=1.0, weight_b=value)
-            curve[value] = evaluate(fused, qrels, {"MRR@10": MEASURES["MRR@10"]})["MRR@10"]
-        self.lambda_test = retriever.lambda_lex = max(curve, key=lambda v: (curve[v], -v))
-        return {"lambda_test": self.lambda_test, "curve_mrr10": curve, "queries": len(queries)}
+        best, curve = grid_search(
+            lambda value: interpolate(dense, lexical, weight_a=1.0, weight_b=value), self.lambda_test_grid, qrels,
+            "MRR@10",
+        )  # fmt: skip
+        self.lambda_test = retriever.lambda_lex = best
+        return tuning_record("lambda_test", best, "MRR@10", curve, len(queries))
 
     def component_runs(self, retriever: HybridRetriever, queries: dict[str, str], k: int) -> dict[str, Run]:
         """BM25 alone (CLEAR's lexical part) and the embedding alone (its dense part)."""

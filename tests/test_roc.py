@@ -1,0 +1,92 @@
+import pytest
+import torch
+
+from retrieval_zoo.backbones import TinyRandomBackbone
+from retrieval_zoo.data.datamodule import TrainBatch
+from retrieval_zoo.evaluation import evaluate
+from retrieval_zoo.methods.roc import RoC
+
+
+def batch() -> TrainBatch:
+    return TrainBatch(
+        qids=["q1", "q2"], queries=["python library", "debian tools"], docids=[["p1", "n1"], ["p2", "n2"]],
+        docs=["a python library for data", "other text", "debian tools and more", "more text"],
+        bm25_query_vectors=[{"python": 2.0, "librari": 1.5}, {"debian": 1.0, "tool": 1.2}],
+        bm25_doc_vectors=[{"python": 0.6, "librari": 0.5, "data": 0.4}, {"text": 0.5}, {"debian": 0.7}, {"text": 0.5}],
+    )  # fmt: skip
+
+
+def test_losses_are_nll_plus_weighted_orthogonality() -> None:
+    model = RoC(TinyRandomBackbone(hidden_size=32), mask_fraction=0.0, ortho_weight=1.0)
+    losses, diagnostics = model.losses(batch())
+    assert set(losses) == {"nll", "ortho"} and losses["ortho"].item() == pytest.approx(
+        diagnostics["orthogonality"].item()
+    )
+    assert 0 < diagnostics["orthogonality"].item() < 2
+    only_nll = RoC(TinyRandomBackbone(hidden_size=32), mask_fraction=0.0, ortho_weight=0.0)
+    assert set(only_nll.losses(batch())[0]) == {"nll"}
+    # The lexical vectors are the fixed projection of the BM25 bags (no gradient reaches them).
+    lex = model.lexical(batch().bm25_query_vectors)
+    assert lex.shape == (2, 32) and not lex.requires_grad
+
+
+def test_masking_happens_in_training_only(tiny, monkeypatch) -> None:
+    model = RoC(TinyRandomBackbone(hidden_size=32), mask_fraction=0.15)
+    calls = []
+    import retrieval_zoo.methods.roc as roc_module
+
+    original = roc_module.mask_exact_matches
+    monkeypatch.setattr(roc_module, "mask_exact_matches", lambda *a, **k: calls.append(1) or original(*a, **k))
+    model.losses(batch())
+    assert calls == [1]
+    model.eval()
+    retriever = model.build_retriever(tiny)
+    queries = dict(list(tiny.judged_queries("dev").items())[:5])
+    retriever.search(queries, 10)
+    assert calls == [1]  # indexing and search never mask
+
+
+def test_retriever_scores_eq_11_and_sides(tiny) -> None:
+    model = RoC(TinyRandomBackbone(hidden_size=32), lambda_sem=0.5).eval()
+    retriever = model.build_retriever(tiny)
+    queries = dict(list(tiny.judged_queries("dev").items())[:20])
+    lexical, semantic = retriever.side("lexical", queries, 400), retriever.side("semantic", queries, 400)
+    fused = retriever.search(queries, 10)
+    for qid, docs in fused.items():
+        for docid, score in docs.items():  # exact Eq. 11 over the whole corpus
+            assert score == pytest.approx(lexical[qid][docid] + 0.5 * semantic[qid][docid], abs=1e-3)
+    # Projected to only 32 dimensions BM25 is noisy, but far better than chance (MRR@10 ≈ 0.007 over 400 documents).
+    qrels = {q: tiny.qrels["dev"][q] for q in queries}
+    assert evaluate(lexical, qrels)["MRR@10"] > 0.15
+    with pytest.raises(ValueError, match="unknown part"):
+        retriever.side("dense", queries, 10)
+
+
+def test_tuning_picks_lambda_on_the_grid(tiny) -> None:
+    model = RoC(TinyRandomBackbone(hidden_size=32), lambda_grid=(0.0, 1.0)).eval()
+    retriever = model.build_retriever(tiny)
+    queries = dict(list(tiny.judged_queries("dev").items())[:10])
+    chosen = model.tune(retriever, queries, {q: tiny.qrels["dev"][q] for q in queries})
+    assert chosen["parameter"] == "lambda_sem" and set(chosen["curve"]) == {0.0, 1.0}
+    assert chosen["value"] == model.lambda_sem == retriever.weight
+    assert torch.is_tensor(model.lexical([{}]))
+
+
+@pytest.mark.slow
+def test_roc_trains_and_evaluates_with_its_complementarity(tiny_dir, tmp_path) -> None:
+    import json
+
+    from tests.test_end_to_end import run_app, tiny_dataset
+
+    out = tmp_path / "roc"
+    run_app(
+        "train.py", "method=roc", *tiny_dataset(tiny_dir), "backbone=tiny_random", "trainer=cpu",
+        "trainer.max_epochs=1", "data.batch_size=8", "data.val_queries=10", "eval.k=100", "eval.tune_queries=10",
+        "method.lambda_grid=[0.0,1.0,2.0]", "logger=csv", f"hydra.run.dir={out}",
+    )  # fmt: skip
+    results = json.loads((out / "results.json").read_text())
+    assert set(results["metrics"]) == {"BM25", "roc", "roc (lexical)", "roc (semantic)"}
+    assert results["tuning"]["parameter"] == "lambda_sem" and results["tuning"]["measure"] == "MAP@1000"
+    assert results["complementarity"]["U"] == 30 and (out / "roc.dev.png").exists()
+    logged = (out / "csv" / "metrics.csv").read_text().splitlines()[0].split(",")
+    assert {"train/loss/nll", "train/loss/ortho", "train/orthogonality"} <= set(logged)
