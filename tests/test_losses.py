@@ -42,6 +42,11 @@ def test_schedule_is_a_pure_function_of_the_step() -> None:
     assert [optim.factor(s, 12) for s in range(4)] == [0.25, 0.5, 0.75, 1.0]
     assert optim.factor(8, 12) == pytest.approx(0.5) and optim.factor(12, 12) == 0.0
     assert Optim(warmup_steps=2, decay="constant").factor(100, 10) == 1.0
+    # RoC's schedule: full rate for 3 epochs, then halved every epoch (10 steps per epoch here).
+    halve = Optim(warmup_steps=0, decay="halve", halve_after_epochs=3)
+    assert [halve.factor(s, 60, steps_per_epoch=10) for s in (0, 29, 30, 39, 40, 59)] == [1, 1, 0.5, 0.5, 0.25, 0.125]
+    with pytest.raises(ValueError, match="steps per epoch"):
+        halve.factor(5, 60)
     with pytest.raises(ValueError, match="optim.decay"):
         Optim(decay="cosine")
 

@@ -31,14 +31,16 @@ class Retriever(Protocol):
 
 
 class Optim:
-    """AdamW with linear warm-up, then constant or linear decay to 0, as a pure function of the global step.
+    """AdamW with linear warm-up, then a decay, as a pure function of the global step.
 
     Args:
         lr: Peak learning rate.
         weight_decay: AdamW decoupled weight decay.
         warmup_steps: Steps of linear warm-up from 0.
-        decay: ``"constant"`` after warm-up, or ``"linear"`` to 0 at the last training step.
+        decay: ``"constant"`` after warm-up, ``"linear"`` to 0 at the last training step, or ``"halve"``: halved at
+            the start of every epoch after the first ``halve_after_epochs`` (RoC §4.1).
         betas: Adam betas.
+        halve_after_epochs: Full-rate epochs before halving starts (``decay="halve"``).
     """
 
     def __init__(
@@ -48,18 +50,23 @@ class Optim:
         warmup_steps: int = 100,
         decay: str = "linear",
         betas: tuple[float, float] = (0.9, 0.999),
+        halve_after_epochs: int = 3,
     ) -> None:
-        if decay not in ("constant", "linear"):
-            raise ValueError(f"optim.decay must be 'constant' or 'linear', not {decay!r}")
+        if decay not in ("constant", "linear", "halve"):
+            raise ValueError(f"optim.decay must be 'constant', 'linear' or 'halve', not {decay!r}")
         self.lr, self.weight_decay, self.warmup_steps, self.decay = lr, weight_decay, warmup_steps, decay
-        self.betas = tuple(betas)
+        self.betas, self.halve_after_epochs = tuple(betas), halve_after_epochs
 
-    def factor(self, step: int, total_steps: int) -> float:
+    def factor(self, step: int, total_steps: int, steps_per_epoch: int | None = None) -> float:
         """Learning-rate multiplier at global step ``step`` of ``total_steps``."""
         if step < self.warmup_steps:
             return (step + 1) / self.warmup_steps
         if self.decay == "linear" and total_steps > self.warmup_steps:
             return max(0.0, (total_steps - step) / (total_steps - self.warmup_steps))
+        if self.decay == "halve":
+            if not steps_per_epoch:
+                raise ValueError("optim.decay='halve' needs the number of steps per epoch")
+            return 0.5 ** max(0, step // steps_per_epoch + 1 - self.halve_after_epochs)
         return 1.0
 
 
@@ -139,7 +146,9 @@ class RetrievalMethod(L.LightningModule):
         groups = [{"params": decay, "weight_decay": self.optim.weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
         optimizer = torch.optim.AdamW(groups, lr=self.optim.lr, betas=self.optim.betas)
         total = int(self.trainer.estimated_stepping_batches)
-        schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: self.optim.factor(step, total))
+        epochs = self.trainer.max_epochs if self.trainer.max_epochs and self.trainer.max_epochs > 0 else None
+        per_epoch = max(1, total // epochs) if epochs else None
+        schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: self.optim.factor(step, total, per_epoch))
         return {"optimizer": optimizer, "lr_scheduler": {"scheduler": schedule, "interval": "step"}}
 
     # --- shared validation: retrieval on a dev subset --------------------------------------------------
