@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import traceback
 from pathlib import Path
 
 import hydra
@@ -50,6 +51,9 @@ def main(cfg: DictConfig) -> dict[str, dict[str, float]]:
         )  # fmt: skip
         log_results(logger, summary)
         return summary["metrics"]
+    except Exception:
+        traceback.print_exc()  # at once: a multirun would only report it after its last job
+        raise
     finally:
         finish(logger)
 

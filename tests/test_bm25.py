@@ -56,3 +56,11 @@ def test_a_cache_that_does_not_match_the_collection_is_an_error(tiny, tiny_bm25)
             BM25(tiny, threads=2).index_dir  # noqa: B018
     finally:
         ready.write_text(original)
+
+
+def test_document_frequencies_of_analysed_terms(tiny, tiny_bm25) -> None:
+    """Every term of a document's vector occurs in at least that document (also terms such as 'm.a.r.', which
+    pyserini's get_term_counts would re-analyse into other terms)."""
+    docids = list(tiny.corpus)[:60]
+    terms = sorted({t for vector in tiny_bm25.document_term_weights(docids) for t in vector})
+    assert all(df >= 1 for df in tiny_bm25.document_frequencies(terms))

@@ -60,16 +60,40 @@ def document_term_weights(
             out.append(None)
             continue
         weights = {t: float(weight(docid, t, analyzer=None, k1=k1, b=b)) for t in vector}
+        weights = {t: w for t, w in weights.items() if w > 0}  # terms Lucene gives no weight add nothing to BM25
         if saturation_only:
-            weights = {t: w / _idf(reader, t, n_docs) for t, w in weights.items()}
+            weights = {t: _saturation(reader, t, n_docs, w, docid) for t, w in weights.items()}
         out.append(weights)
     return out
 
 
+@cache
+def _term_class() -> Any:
+    _, _, autoclass = pyserini_lucene()
+    return autoclass("org.apache.lucene.index.Term")
+
+
+def _document_frequency(reader: Any, term: str) -> int:
+    """Document frequency of an already analysed term, read straight from Lucene.
+
+    pyserini's ``get_term_counts`` re-analyses the term even with ``analyzer=None``, which splits terms such as
+    ``m.a.r.`` and returns another term's frequency.
+    """
+    return int(reader.reader.docFreq(_term_class()("contents", term)))
+
+
 def _idf(reader: Any, term: str, n_docs: int) -> float:
     """Lucene's BM25 IDF of an analysed term: log(1 + (N − df + 0.5)/(df + 0.5)); 0 when df = 0."""
-    df, _ = reader.get_term_counts(term, analyzer=None)
+    df = _document_frequency(reader, term)
     return math.log(1 + (n_docs - df + 0.5) / (df + 0.5)) if df > 0 else 0.0
+
+
+def _saturation(reader: Any, term: str, n_docs: int, weight: float, docid: str) -> float:
+    """TF saturation = BM25 weight / IDF of a term with a positive weight."""
+    idf = _idf(reader, term, n_docs)
+    if idf <= 0:
+        raise ValueError(f"document {docid!r}: term {term!r} has BM25 weight {weight} but no document frequency")
+    return weight / idf
 
 
 def query_idf(index_dir: str, texts: list[str]) -> list[dict[str, float]]:
@@ -91,4 +115,4 @@ def analyze(index_dir: str, text: str) -> list[str]:
 def document_frequencies(index_dir: str, terms: list[str]) -> list[int]:
     """Document frequency of each analysed term."""
     reader = _reader(index_dir)
-    return [int(reader.get_term_counts(t, analyzer=None)[0]) for t in terms]
+    return [_document_frequency(reader, t) for t in terms]
