@@ -5,7 +5,7 @@ backward). The bare step replays the very token tensors the method gave its enco
 loss, and backward; the two are timed in alternation. The
 ratio is the cost of the method's machinery on top of the backbone (1.0 = free).
 
-    python -m benchmarks.train_step [--method dense|clear] [--batch-size 64] [--negatives 1]
+    python -m benchmarks.train_step [--method dense|clear|roc] [--batch-size 64] [--negatives 1]
 """
 
 from __future__ import annotations
@@ -21,8 +21,9 @@ from retrieval_zoo.data.datamodule import TriplesDataModule
 from retrieval_zoo.lexical.bm25 import BM25
 from retrieval_zoo.methods.clear import CLEAR
 from retrieval_zoo.methods.dense import DenseBiEncoder
+from retrieval_zoo.methods.roc import RoC
 
-METHODS = {"dense": DenseBiEncoder, "clear": CLEAR}
+METHODS = {"dense": DenseBiEncoder, "clear": CLEAR, "roc": RoC}
 
 
 def main() -> None:
