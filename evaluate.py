@@ -36,6 +36,16 @@ def trained_config(run_dir: Path) -> DictConfig:
     return OmegaConf.load(path)
 
 
+def override_keys(overrides: list[str]) -> set[str]:
+    """The keys a command line's overrides set (``dataset``, ``method.lambda_test_grid``, ...)."""
+    return {o.split("=")[0].lstrip("+~") for o in overrides}
+
+
+def gives(overrides: list[str], group: str) -> bool:
+    """Whether the command line sets ``group`` or any key under it."""
+    return any(k == group or k.startswith(f"{group}.") for k in override_keys(overrides))
+
+
 def apply_overrides(trained: DictConfig, cfg: DictConfig, overrides: list[str]) -> DictConfig:
     """The trained run's config, with what the command line gave on top.
 
@@ -43,12 +53,12 @@ def apply_overrides(trained: DictConfig, cfg: DictConfig, overrides: list[str]) 
     keys); ``eval.*`` and ``method.*`` keys replace single values (e.g. ``method.lambda_test_grid``), with
     ``method=<the trained method>`` on the command line so that Hydra composes those keys.
     """
-    keys = {o.split("=")[0].lstrip("+~") for o in overrides}
+    keys = override_keys(overrides)
     if "method" in keys and cfg.method_name != trained.method_name:
         raise ValueError(f"method={cfg.method_name} given, but the run_dir trained method={trained.method_name}")
     given = OmegaConf.to_container(cfg, resolve=True)
     for group in ("dataset", "bm25"):
-        if any(k == group or k.startswith(f"{group}.") for k in keys):
+        if gives(overrides, group):
             OmegaConf.update(trained, group, given[group], merge=False)
             if group == "dataset":
                 trained.dataset_name = cfg.dataset_name
@@ -61,7 +71,7 @@ def apply_overrides(trained: DictConfig, cfg: DictConfig, overrides: list[str]) 
 
 def check_tuning_is_held_out(trained: DictConfig, overrides: list[str]) -> None:
     """λ tuning on the training collection must use queries the model did not train on."""
-    other_collection = any(o.lstrip("+~").startswith("dataset") for o in overrides)
+    other_collection = gives(overrides, "dataset")
     held_out = int(OmegaConf.select(trained, "data.holdout_queries", default=0) or 0)
     if not other_collection and trained.eval.tune_queries > held_out:
         raise ValueError(

@@ -39,6 +39,13 @@ def in_batch_accuracy(scores: torch.Tensor, targets: torch.Tensor) -> torch.Tens
 MARGIN_NORMALIZATIONS = ("none", "pair_max")
 
 
+def check_margin_normalization(normalization: str) -> str:
+    """``normalization`` if it names a margin normalisation of :func:`residual_margin`, else a ValueError."""
+    if normalization not in MARGIN_NORMALIZATIONS:
+        raise ValueError(f"margin_normalization must be one of {MARGIN_NORMALIZATIONS}, not {normalization!r}")
+    return normalization
+
+
 def residual_margin(
     lex_positive: torch.Tensor,
     lex_negative: torch.Tensor,
@@ -61,8 +68,7 @@ def residual_margin(
     Returns:
         (B, n) margins.
     """
-    if normalization not in MARGIN_NORMALIZATIONS:
-        raise ValueError(f"margin normalization must be one of {MARGIN_NORMALIZATIONS}, not {normalization!r}")
+    check_margin_normalization(normalization)
     residual = lex_positive.unsqueeze(1) - lex_negative
     if normalization == "pair_max":
         scale = torch.maximum(lex_positive.unsqueeze(1), lex_negative).clamp_min(torch.finfo(residual.dtype).tiny)

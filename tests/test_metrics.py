@@ -2,8 +2,9 @@ import math
 
 import pytest
 
+from retrieval_zoo.data.formats import top_k
 from retrieval_zoo.evaluation import evaluate, format_table, per_query
-from retrieval_zoo.index.fusion import interpolate, normalize, reciprocal_rank_fusion, top_k
+from retrieval_zoo.index.fusion import interpolate, normalize, reciprocal_rank_fusion
 
 
 def test_graded_case_by_hand() -> None:

@@ -40,7 +40,6 @@ class ConcatenatedRetriever:
         parts: tuple[str, str] = ("lexical", "semantic"),
         factory: str = "Flat",
     ) -> None:
-        self.dims = (doc_a.shape[1], doc_b.shape[1])
         self.index = FaissIndex(factory).build(np.concatenate([doc_a, doc_b], axis=1), docids)
         self.encode_queries, self.weight, self.parts = encode_queries, weight, parts
         self._last: tuple[dict[str, str], np.ndarray, np.ndarray] | None = None

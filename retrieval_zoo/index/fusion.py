@@ -5,7 +5,7 @@ from __future__ import annotations
 import statistics
 from typing import Literal
 
-from retrieval_zoo.data.formats import Run, ranked, top_k  # noqa: F401 - top_k is part of this module's API
+from retrieval_zoo.data.formats import Run, ranked
 
 Normalization = Literal["none", "minmax", "zscore"]
 

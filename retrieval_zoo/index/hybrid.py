@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from retrieval_zoo.data.formats import Run
+from retrieval_zoo.data.formats import Run, top_k
 from retrieval_zoo.index.dense import DenseRetriever
-from retrieval_zoo.index.fusion import interpolate, top_k
+from retrieval_zoo.index.fusion import interpolate
 from retrieval_zoo.lexical.bm25 import BM25
 
 

@@ -25,7 +25,7 @@ from retrieval_zoo.index.dense import DenseRetriever
 from retrieval_zoo.index.fusion import interpolate
 from retrieval_zoo.index.hybrid import HybridRetriever
 from retrieval_zoo.lexical.bm25 import BM25
-from retrieval_zoo.losses import MARGIN_NORMALIZATIONS, residual_hinge, residual_margin
+from retrieval_zoo.losses import check_margin_normalization, residual_hinge, residual_margin
 from retrieval_zoo.methods.base import Optim
 from retrieval_zoo.methods.dense import DenseBiEncoder
 
@@ -81,9 +81,7 @@ class CLEAR(DenseBiEncoder):
         )  # fmt: skip
         self.bm25_k1, self.bm25_b = bm25_k1, bm25_b
         self.xi, self.lambda_train, self.lambda_test = xi, lambda_train, lambda_test
-        if margin_normalization not in MARGIN_NORMALIZATIONS:
-            raise ValueError(f"margin_normalization: one of {MARGIN_NORMALIZATIONS}, not {margin_normalization!r}")
-        self.margin_normalization = margin_normalization
+        self.margin_normalization = check_margin_normalization(margin_normalization)  # fail at construction
         self.lambda_test_grid = tuple(float(v) for v in lambda_test_grid)
         self.retrieval_depth = retrieval_depth
         self.tokenizer.add_tokens(list(MARKERS.values()), special_tokens=True)

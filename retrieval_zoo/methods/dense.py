@@ -86,16 +86,21 @@ class DenseBiEncoder(RetrievalMethod):
 
     def losses(self, batch: TrainBatch) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]:
         """Listwise NLL over the group (and the batch, with in-batch negatives)."""
-        q = self.encode_query(batch.queries)
-        d = self.encode_doc(batch.docs)
+        nll, accuracy = self._listwise_nll(self.encode_query(batch.queries), self.encode_doc(batch.docs), batch)
+        return {"nll": nll}, {"accuracy": accuracy}
+
+    def _listwise_nll(self, q: torch.Tensor, d: torch.Tensor, batch: TrainBatch) -> tuple[torch.Tensor, torch.Tensor]:
+        """NLL of each query's positive (DPR Eq. 2), and the in-batch accuracy: (B, H), (B·G, H) → two scalars.
+
+        The candidates are the query's own group, or all B·G documents of the batch with in-batch negatives.
+        """
         size, group = len(batch.qids), len(batch.docids[0])
         scores = self.score(q, d)
         if not self.in_batch_negatives:
             scores = scores.view(size, size, group)[torch.arange(size), torch.arange(size)]
         targets = group_targets(size, group, self.in_batch_negatives, scores.device)
         scores = scores / self.temperature
-        nll = listwise_nll(scores, targets)
-        return {"nll": nll}, {"accuracy": in_batch_accuracy(scores, targets)}
+        return listwise_nll(scores, targets), in_batch_accuracy(scores, targets)
 
     def build_retriever(self, collection: Collection) -> DenseRetriever:
         """Encode the corpus into a faiss inner-product index."""

@@ -27,7 +27,7 @@ from retrieval_zoo.evaluation import MEASURES, grid_search, tuning_record
 from retrieval_zoo.index.concatenated import ConcatenatedRetriever
 from retrieval_zoo.lexical.bm25 import BM25
 from retrieval_zoo.lexical.projection import RademacherProjection
-from retrieval_zoo.losses import group_targets, in_batch_accuracy, listwise_nll, orthogonality
+from retrieval_zoo.losses import orthogonality
 from retrieval_zoo.methods.base import Optim
 from retrieval_zoo.methods.dense import DenseBiEncoder
 from retrieval_zoo.methods.encoding import encode_all, mask_exact_matches
@@ -101,7 +101,6 @@ class RoC(DenseBiEncoder):
 
     def losses(self, batch: TrainBatch) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]:
         """NLL of the positive (Eq. 7) plus the weighted orthogonality (Eq. 8–9) on the perturbed documents."""
-        size, group = len(batch.qids), len(batch.docids[0])
         query_ids, query_mask = self._tokenize(batch.queries, self.query_max_length)
         doc_ids, doc_mask = self._tokenize(batch.docs, self.doc_max_length)
         if self.mask_fraction > 0:  # Eq. 10: d' = d with a sample of X_EM masked
@@ -110,17 +109,13 @@ class RoC(DenseBiEncoder):
                 self.tokenizer.all_special_ids, self.masking,
             )  # fmt: skip
         q_sem, d_sem = self._embed(query_ids, query_mask), self._embed(doc_ids, doc_mask)
-        scores = q_sem @ d_sem.T  # Score_sem (§3.3)
-        if not self.in_batch_negatives:
-            scores = scores.view(size, size, group)[torch.arange(size), torch.arange(size)]
-        targets = group_targets(size, group, self.in_batch_negatives, scores.device)
-        losses = {"nll": listwise_nll(scores, targets)}
+        nll, accuracy = self._listwise_nll(q_sem, d_sem, batch)  # Eq. 7 on Score_sem = q_sem·d'_sem
+        losses = {"nll": nll}
         q_lex, d_lex = self.lexical(batch.bm25_query_vectors), self.lexical(batch.bm25_doc_vectors)
         ortho = orthogonality(q_lex, q_sem, d_lex, d_sem)
         if self.ortho_weight > 0:
             losses["ortho"] = self.ortho_weight * ortho
-        diagnostics = {"accuracy": in_batch_accuracy(scores, targets), "orthogonality": ortho.detach()}
-        return losses, diagnostics
+        return losses, {"accuracy": accuracy, "orthogonality": ortho.detach()}
 
     def doc_lexical_matrix(self, bm25: BM25, docids: list[str]) -> np.ndarray:
         """d_lex of every document (Eq. 3), cached by corpus, BM25 parameters and projection."""
