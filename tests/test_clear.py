@@ -59,7 +59,7 @@ class FakeDense:
 
 
 def test_fusion_ranks_the_union_by_eq_8() -> None:
-    retriever = HybridRetriever(FakeBM25(), FakeDense(), lambda_lex=0.5, depth=2)
+    retriever = HybridRetriever(FakeBM25(), FakeDense(), weight=0.5, depth=2)
     run = retriever.search({"q": "text"}, k=3)
     # Missing scores take the side's lowest: lex(c) = 8, dense(a) = 1.
     assert run["q"] == pytest.approx({"a": 0.5 * 10 + 1.0, "b": 0.5 * 8 + 1.0, "c": 0.5 * 8 + 3.0})
@@ -74,7 +74,7 @@ def test_a_side_alone_reuses_the_fused_search() -> None:
             calls.append(k)
             return super().search(queries, k)
 
-    retriever = HybridRetriever(FakeBM25(), CountingDense(), lambda_lex=0.5, depth=2)
+    retriever = HybridRetriever(FakeBM25(), CountingDense(), weight=0.5, depth=2)
     retriever.search({"q": "text"}, k=3)
     model = CLEAR.__new__(CLEAR)  # component_runs reads nothing from the model
     assert CLEAR.component_runs(model, retriever, {"q": "text"}, 1) == {
@@ -96,11 +96,11 @@ def test_tune_picks_the_best_lambda_on_held_out_queries() -> None:
             return {"q": {"rel": 5.0, "x": 1.0}}
 
     model = CLEAR(TinyRandomBackbone(hidden_size=32), lambda_test_grid=(0.0, 0.5, 0.9))
-    retriever = HybridRetriever(Lex(), Dense(), lambda_lex=0.9, depth=2)
+    retriever = HybridRetriever(Lex(), Dense(), weight=0.9, depth=2)
     chosen = model.tune(retriever, {"q": "text"}, {"q": {"rel": 1}})
     # rel − x = (5 − 1) + λ·(2 − 9): rel ranks first for λ < 4/7, so 0.0 and 0.5 tie at MRR 1; ties go to the smaller.
     assert chosen["curve"] == {0.0: 1.0, 0.5: 1.0, 0.9: 0.5}
-    assert chosen["value"] == 0.0 == model.lambda_test == retriever.lambda_lex
+    assert chosen["value"] == 0.0 == model.lambda_test == retriever.weight
 
 
 def test_tuning_averages_over_the_held_out_queries_only(tiny, tiny_bm25, tmp_path) -> None:

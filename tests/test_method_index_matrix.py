@@ -6,21 +6,26 @@ import pytest
 import torch
 
 from retrieval_zoo.backbones import TinyRandomBackbone
+from retrieval_zoo.index.concatenated import ConcatenatedRetriever
 from retrieval_zoo.index.dense import DenseRetriever, FaissIndex
+from retrieval_zoo.index.hybrid import HybridRetriever
+from retrieval_zoo.lexical.bm25 import BM25
 from retrieval_zoo.methods.bm25 import BM25Method
 from retrieval_zoo.methods.clear import CLEAR
 from retrieval_zoo.methods.dense import DenseBiEncoder
 from retrieval_zoo.methods.roc import RoC
 
-METHODS = ["bm25", "dense_mean", "dense_cls", "clear", "roc"]
-INDEXES = ["lucene", "faiss_flat", "faiss_hnsw", "hybrid"]
+METHODS = ["bm25", "dense_mean", "dense_cls", "clear", "roc", "roc_exact"]
+INDEXES = ["lucene", "faiss_flat", "faiss_hnsw", "union", "concatenated"]
 APPLIES = {
     "bm25": {"lucene"},
     "dense_mean": {"faiss_flat", "faiss_hnsw"},
     "dense_cls": {"faiss_flat", "faiss_hnsw"},
-    "clear": {"faiss_flat", "faiss_hnsw", "hybrid"},  # its embedding alone, or BM25 ∪ embedding
-    "roc": {"faiss_flat", "faiss_hnsw", "hybrid"},  # its [CLS] part alone, or [projected BM25 ; [CLS]] exactly
+    "clear": {"faiss_flat", "faiss_hnsw", "union"},  # its embedding alone, or BM25 ∪ embedding
+    "roc": {"faiss_flat", "faiss_hnsw", "concatenated"},  # its [CLS] part alone, or [projected BM25 ; [CLS]] exactly
+    "roc_exact": {"faiss_flat", "faiss_hnsw", "union"},  # its [CLS] part alone, or exact BM25 ∪ [CLS] (naive sum)
 }
+RETRIEVERS = {"lucene": BM25, "union": HybridRetriever, "concatenated": ConcatenatedRetriever}
 
 
 def make(method: str):
@@ -28,8 +33,9 @@ def make(method: str):
         return BM25Method(threads=2)
     if method == "clear":
         return CLEAR(TinyRandomBackbone(hidden_size=32), encode_batch_size=64, retrieval_depth=20).eval()
-    if method == "roc":
-        return RoC(TinyRandomBackbone(hidden_size=32), encode_batch_size=64).eval()
+    if method.startswith("roc"):
+        fusion = "exact" if method == "roc_exact" else "projected"
+        return RoC(TinyRandomBackbone(hidden_size=32), fusion_lexical=fusion, encode_batch_size=64).eval()
     pooling = method.split("_")[1]
     return DenseBiEncoder(TinyRandomBackbone(hidden_size=32), pooling=pooling, encode_batch_size=64).eval()
 
@@ -41,8 +47,10 @@ def test_method_index(method: str, index: str, tiny) -> None:
         pytest.skip(f"{method} has no {index} representation")
     model = make(method)
     queries = dict(list(tiny.judged_queries("dev").items())[:10])
-    if index in ("lucene", "hybrid"):
-        run = model.build_retriever(tiny).search(queries, 20)
+    if index in RETRIEVERS:
+        retriever = model.build_retriever(tiny)
+        assert isinstance(retriever, RETRIEVERS[index])
+        run = retriever.search(queries, 20)
         assert all(0 < len(docs) <= 20 for docs in run.values())
         return
     factory = {"faiss_flat": "Flat", "faiss_hnsw": "HNSW32"}[index]

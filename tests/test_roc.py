@@ -62,6 +62,26 @@ def test_retriever_scores_eq_11_and_sides(tiny) -> None:
         retriever.side("dense", queries, 10)
 
 
+def test_exact_fusion_is_bm25_plus_lambda_cls_over_the_union(tiny, tiny_bm25) -> None:
+    from retrieval_zoo.index.hybrid import HybridRetriever
+
+    model = RoC(TinyRandomBackbone(hidden_size=32), fusion_lexical="exact", retrieval_depth=30, lambda_sem=2.0).eval()
+    retriever = model.build_retriever(tiny)
+    assert isinstance(retriever, HybridRetriever)
+    queries = dict(list(tiny.judged_queries("dev").items())[:10])
+    lexical, semantic = retriever.side("lexical", queries, 30), retriever.side("semantic", queries, 30)
+    assert lexical == tiny_bm25.search(queries, 30)  # Lucene's own BM25, not the projection
+    for qid, docs in retriever.search(queries, 10).items():
+        for docid, score in docs.items():  # Eq. 11 with exact BM25; a side's missing score is its lowest
+            lex = lexical[qid].get(docid, min(lexical[qid].values()))
+            sem = semantic[qid].get(docid, min(semantic[qid].values()))
+            assert score == pytest.approx(lex + 2.0 * sem)
+    chosen = model.tune(retriever, queries, {q: tiny.qrels["dev"][q] for q in queries})
+    assert chosen["value"] == model.lambda_sem == retriever.weight
+    with pytest.raises(ValueError, match="fusion_lexical"):
+        RoC(TinyRandomBackbone(hidden_size=32), fusion_lexical="bm25")
+
+
 def test_tuning_picks_lambda_on_the_grid(tiny) -> None:
     model = RoC(TinyRandomBackbone(hidden_size=32), lambda_grid=(0.0, 1.0)).eval()
     retriever = model.build_retriever(tiny)

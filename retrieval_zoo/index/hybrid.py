@@ -9,39 +9,59 @@ from retrieval_zoo.lexical.bm25 import BM25
 
 
 class HybridRetriever:
-    """BM25 top ``depth`` ∪ dense top ``depth``, ranked by λ·BM25 + dense (CLEAR Eq. 8).
+    """BM25 top ``depth`` ∪ dense top ``depth``, ranked by a weighted sum in which one part carries ``weight``.
 
-    A document retrieved by one side only takes the other side's lowest score among that query's retrieved documents
-    (a document outside a top-k list scores at most its k-th score), so nothing is re-scored through Java.
+    CLEAR weights BM25 (λ_test·BM25 + s_emb, CLEAR Eq. 8); RoC's naive-sum baseline weights the dense part
+    (BM25 + λ·[CLS], RoC Eq. 11). A document retrieved by one side only takes the other side's lowest score among
+    that query's retrieved documents (a document outside a top-k list scores at most its k-th score), so nothing is
+    re-scored through Java. Same interface as :class:`~retrieval_zoo.index.concatenated.ConcatenatedRetriever`.
 
     Args:
         bm25: The lexical side.
         dense: The dense side.
-        lambda_lex: Weight λ of the BM25 score (CLEAR's λ_test).
+        weight: Weight of the ``weighted`` part; the other part's is 1.
+        weighted: Which part ``weight`` multiplies: one of ``parts``.
         depth: Candidates taken from each side.
+        parts: Names of the (lexical, dense) parts, for :meth:`side` and ``weighted``.
     """
 
-    def __init__(self, bm25: BM25, dense: DenseRetriever, lambda_lex: float, depth: int = 1000) -> None:
-        self.bm25, self.dense, self.lambda_lex, self.depth = bm25, dense, lambda_lex, depth
+    def __init__(
+        self,
+        bm25: BM25,
+        dense: DenseRetriever,
+        weight: float,
+        weighted: str = "lexical",
+        depth: int = 1000,
+        parts: tuple[str, str] = ("lexical", "dense"),
+    ) -> None:
+        if weighted not in parts:
+            raise ValueError(f"weighted must be one of the parts {parts}, not {weighted!r}")
+        self.bm25, self.dense, self.weight, self.weighted = bm25, dense, weight, weighted
+        self.depth, self.parts = depth, parts
         self._last: tuple[dict[str, str], Run, Run] | None = None
 
     def runs(self, queries: dict[str, str]) -> tuple[Run, Run]:
-        """The lexical and dense runs the fusion starts from (also useful on their own, and for tuning λ).
+        """The lexical and dense runs the fusion starts from (also useful on their own, and for tuning).
 
-        The last call's runs are kept, so reporting a side alone after the fused search costs no second search.
+        The last call's runs are kept, so reporting a side alone or trying another weight costs no second search.
         """
         if self._last is None or self._last[0] != queries:
             self._last = (dict(queries), self.bm25.search(queries, self.depth), self.dense.search(queries, self.depth))
         return self._last[1], self._last[2]
 
     def side(self, name: str, queries: dict[str, str], k: int) -> Run:
-        """The ``"lexical"`` or ``"dense"`` side's own top ``k``."""
+        """One part's own top ``k``."""
+        if name not in self.parts:
+            raise ValueError(f"unknown part {name!r}; parts: {self.parts}")
+        lexical_side = name == self.parts[0]
         if k > self.depth:
-            return (self.bm25 if name == "lexical" else self.dense).search(queries, k)
+            return (self.bm25 if lexical_side else self.dense).search(queries, k)
         lexical, dense = self.runs(queries)
-        return top_k(lexical if name == "lexical" else dense, k)
+        return top_k(lexical if lexical_side else dense, k)
 
-    def search(self, queries: dict[str, str], k: int) -> Run:
-        """Top ``k`` of the union by λ·BM25 + dense."""
+    def search(self, queries: dict[str, str], k: int, weight: float | None = None) -> Run:
+        """Top ``k`` of the union by the weighted sum (the retriever's weight unless ``weight`` is given)."""
         lexical, dense = self.runs(queries)
-        return top_k(interpolate(dense, lexical, weight_a=1.0, weight_b=self.lambda_lex), k)
+        value = self.weight if weight is None else weight
+        weight_lexical, weight_dense = (value, 1.0) if self.weighted == self.parts[0] else (1.0, value)
+        return top_k(interpolate(lexical, dense, weight_a=weight_lexical, weight_b=weight_dense), k)

@@ -8,7 +8,8 @@ that push it away from what BM25 already captures:
 - input-level orthogonality: at training time only, 15% of the document's exact-match tokens become [MASK], and
   the perturbed document d' takes both losses (Eq. 10).
 Retrieval ranks the whole corpus exactly by q_lex·d_lex + λ·q_sem·d_sem (Eq. 11) through one index over
-concatenated vectors, with λ tuned on held-out training queries over [0, 2] by MAP.
+concatenated vectors, with λ tuned on held-out training queries over [0, 2] by MAP. ``fusion_lexical=exact``
+fuses Lucene's exact BM25 instead (BM25 ∪ [CLS] candidates), as the paper's naive-sum baselines do (Tables 3–4).
 """
 
 from __future__ import annotations
@@ -25,6 +26,8 @@ from retrieval_zoo.data.datamodule import TrainBatch
 from retrieval_zoo.data.formats import Qrels, Run
 from retrieval_zoo.evaluation import MEASURES, grid_search, tuning_record
 from retrieval_zoo.index.concatenated import ConcatenatedRetriever
+from retrieval_zoo.index.dense import DenseRetriever
+from retrieval_zoo.index.hybrid import HybridRetriever
 from retrieval_zoo.lexical.bm25 import BM25
 from retrieval_zoo.lexical.projection import RademacherProjection
 from retrieval_zoo.losses import orthogonality
@@ -32,6 +35,7 @@ from retrieval_zoo.methods.base import Optim
 from retrieval_zoo.methods.dense import DenseBiEncoder
 from retrieval_zoo.methods.encoding import encode_all, mask_exact_matches
 
+FUSION_LEXICAL = ("projected", "exact")
 PAPER_GRID = tuple(round(0.1 * i, 1) for i in range(21))  # [0, 2] in steps of 0.1 (§4.1)
 
 
@@ -47,6 +51,9 @@ class RoC(DenseBiEncoder):
         ortho_weight: Weight of the orthogonality loss (Eq. 9: 1; 0 turns embedding-level orthogonality off).
         mask_fraction: Share of exact-match document tokens masked at training (Eq. 10: 0.15; 0 turns it off).
         in_batch_negatives: Also score each query against every other document of the batch.
+        fusion_lexical: Lexical score fused at retrieval: ``projected`` (q_lex·d_lex, Eq. 11 as the paper does) or
+            ``exact`` (Lucene BM25 over the union of both sides' top ``retrieval_depth``, the naive sum).
+        retrieval_depth: Candidates taken from each side when ``fusion_lexical`` is ``exact``.
         lambda_sem: λ of Eq. 11; replaced by the tuned value when tuning runs.
         lambda_grid: Values tried when tuning λ.
         tune_measure: Measure λ is tuned on (the paper: MAP).
@@ -71,6 +78,8 @@ class RoC(DenseBiEncoder):
         ortho_weight: float = 1.0,
         mask_fraction: float = 0.15,
         in_batch_negatives: bool = False,
+        fusion_lexical: str = "projected",
+        retrieval_depth: int = 1000,
         lambda_sem: float = 1.0,
         lambda_grid: tuple[float, ...] = PAPER_GRID,
         tune_measure: str = "MAP@1000",
@@ -88,7 +97,10 @@ class RoC(DenseBiEncoder):
         )  # fmt: skip
         if tune_measure not in MEASURES:
             raise ValueError(f"tune_measure must be one of {sorted(MEASURES)}, not {tune_measure!r}")
+        if fusion_lexical not in FUSION_LEXICAL:
+            raise ValueError(f"fusion_lexical must be one of {FUSION_LEXICAL}, not {fusion_lexical!r}")
         self.bm25_k1, self.bm25_b = bm25_k1, bm25_b
+        self.fusion_lexical, self.retrieval_depth = fusion_lexical, retrieval_depth
         self.projection = RademacherProjection(self.encoder.config.hidden_size, projection_seed)
         self.ortho_weight, self.mask_fraction = ortho_weight, mask_fraction
         self.lambda_sem, self.lambda_grid = lambda_sem, tuple(float(v) for v in lambda_grid)
@@ -133,9 +145,13 @@ class RoC(DenseBiEncoder):
             np.save(f, matrix)
         return matrix
 
-    def build_retriever(self, collection: Collection) -> ConcatenatedRetriever:
-        """One index over [d_lex ; d_sem], searched with [q_lex ; λ·q_sem] (Eq. 11)."""
+    def build_retriever(self, collection: Collection) -> ConcatenatedRetriever | HybridRetriever:
+        """One index over [d_lex ; d_sem], searched with [q_lex ; λ·q_sem] (Eq. 11), or exact BM25 + λ·[CLS]."""
         bm25 = BM25(collection, self.bm25_k1, self.bm25_b)
+        if self.fusion_lexical == "exact":
+            dense = DenseRetriever(self, collection.corpus, self.index_factory, self.encode_batch_size)
+            parts = self.complementarity_parts
+            return HybridRetriever(bm25, dense, self.lambda_sem, "semantic", self.retrieval_depth, parts)
         docids = list(collection.corpus)
         doc_sem = encode_all(self.encode_doc, [collection.corpus[d] for d in docids], self.encode_batch_size)
 
@@ -149,14 +165,16 @@ class RoC(DenseBiEncoder):
             lexical, doc_sem, docids, encode_queries, self.lambda_sem, factory=self.index_factory
         )
 
-    def tune(self, retriever: ConcatenatedRetriever, queries: dict[str, str], qrels: Qrels) -> dict:
-        """Grid-search λ on held-out training queries (§4.1: [0, 2] by 0.1, on MAP), searching exactly each time."""
+    def tune(self, retriever: ConcatenatedRetriever | HybridRetriever, queries: dict[str, str], qrels: Qrels) -> dict:
+        """Grid-search λ on held-out training queries (§4.1: [0, 2] by 0.1, on MAP)."""
         best, curve = grid_search(
             lambda value: retriever.search(queries, 1000, weight=value), self.lambda_grid, qrels, self.tune_measure
         )
         self.lambda_sem = retriever.weight = best
         return tuning_record("lambda_sem", best, self.tune_measure, curve, len(queries))
 
-    def component_runs(self, retriever: ConcatenatedRetriever, queries: dict[str, str], k: int) -> dict[str, Run]:
-        """The projected-BM25 part alone and the [CLS] part alone."""
+    def component_runs(
+        self, retriever: ConcatenatedRetriever | HybridRetriever, queries: dict[str, str], k: int
+    ) -> dict[str, Run]:
+        """The (projected or exact) BM25 part alone and the [CLS] part alone."""
         return {part: retriever.side(part, queries, k) for part in self.complementarity_parts}
