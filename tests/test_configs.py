@@ -34,9 +34,10 @@ def msmarco_layout(root: Path, tiny_dir: Path) -> None:
     (root / "qrels.dev.small.tsv").write_text((tiny_dir / "qrels.dev.tsv").read_text())
 
 
+@pytest.mark.parametrize("config", ["train", "evaluate"])
 @pytest.mark.parametrize("method", names("method"))
-def test_every_method_instantiates(method: str) -> None:
-    cfg = composed(f"method={method}", "backbone=tiny_random")
+def test_every_method_instantiates(method: str, config: str) -> None:
+    cfg = composed(f"method={method}", "backbone=tiny_random", config=config)
     model = instantiate(cfg.method)
     assert isinstance(model, RetrievalMethod)
 
