@@ -78,7 +78,8 @@ def evaluate_method(
                 parts[part] = part_run
     table = format_table(results)
     print(f"\n{collection.name} / {split}: {len(queries):,} judged queries, depth {k}\n{table}\n")
-    summary = {"collection": collection.name, "collection_fingerprint": collection.fingerprint, "split": split}
+    summary = {"system": name, "collection": collection.name, "collection_fingerprint": collection.fingerprint}
+    summary["split"] = split
     summary |= {"queries": len(queries), "k": k}
     summary |= {"metrics": results, "seconds": timings, "tuning": tuning, "complementarity": {}}
     if model.complementarity_parts:
