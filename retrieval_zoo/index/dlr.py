@@ -1,0 +1,143 @@
+"""Dense lexical and hybrid representations: DLR, DHR and the gated inner product (delade-dhr.md §3.1–3.2).
+
+A |V|-dimensional lexical vector is cut into M slices of N entries (Eq. 4); each slice keeps only its largest value
+and that value's position in the slice (Eq. 6–8). The pair (values, indices) is a DLR, and the inner product of two
+lexical vectors is approximated by the gated inner product (GIP) of their DLRs: values multiply only where the
+indices agree (Eq. 10–12). A DHR appends √λ·[CLS] to the values with an all-ones gate (Eq. 14–16).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+
+SLICINGS = ("contiguous", "stride", "random")
+
+
+@dataclass(frozen=True)
+class Slicing:
+    """Where each vocabulary id lands: slice m ∈ [0, M) and position n ∈ [0, N) (Eq. 4 and Table 6).
+
+    The first ``discard`` ids are dropped (BERT's 570 are [PAD], [unused*] and the like; §4.2), and the remaining
+    ``|V| − discard`` ids are padded up to M·N. With j = id − discard:
+    - ``contiguous``: slice j // N, position j mod N (Eq. 4);
+    - ``stride``: slice j mod M, position j // M (the paper's default; ids of one slice are M apart);
+    - ``random``: a seeded permutation of j, then stride.
+
+    Args:
+        vocab_size: |V| of the lexical vectors.
+        slices: M, the DLR's dimension (768, 256 or 128 in the paper).
+        discard: Leading vocabulary ids that are dropped.
+        strategy: One of :data:`SLICINGS`.
+        seed: Seed of the ``random`` permutation.
+    """
+
+    vocab_size: int
+    slices: int = 768
+    discard: int = 570
+    strategy: str = "stride"
+    seed: int = 0
+    _permutation: np.ndarray | None = field(default=None, init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        if self.strategy not in SLICINGS:
+            raise ValueError(f"slicing strategy must be one of {SLICINGS}, not {self.strategy!r}")
+        if not 0 <= self.discard < self.vocab_size or self.slices < 1:
+            raise ValueError(f"need 0 <= discard < vocab_size and slices >= 1: {self}")
+        if self.strategy == "random":
+            permutation = np.random.default_rng(self.seed).permutation(self.kept)
+            object.__setattr__(self, "_permutation", permutation)
+
+    @property
+    def kept(self) -> int:
+        """|V| − discard, the ids that are sliced."""
+        return self.vocab_size - self.discard
+
+    @property
+    def width(self) -> int:
+        """N, the entries of one slice."""
+        return math.ceil(self.kept / self.slices)
+
+    @property
+    def index_dtype(self) -> np.dtype:
+        """uint8 when a slice has at most 256 entries (BERT's 29,952 ids in 768 slices: 39), else uint16."""
+        if self.width > 65536:
+            raise ValueError(f"{self.width} entries per slice do not fit uint16 indices; use more slices")
+        return np.dtype(np.uint8 if self.width <= 256 else np.uint16)
+
+    def slot(self, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(slice, position) of each vocabulary id (ids below ``discard`` are not allowed)."""
+        j = np.asarray(ids, dtype=np.int64) - self.discard
+        if (j < 0).any() or (j >= self.kept).any():
+            raise ValueError(f"ids must lie in [{self.discard}, {self.vocab_size})")
+        if self._permutation is not None:
+            j = self._permutation[j]
+        if self.strategy == "contiguous":
+            return j // self.width, j % self.width
+        return j % self.slices, j // self.slices
+
+    def term_id(self, slices: np.ndarray, positions: np.ndarray) -> np.ndarray:
+        """The vocabulary id at (slice, position): the inverse of :meth:`slot` (−1 for padding entries)."""
+        slices, positions = np.asarray(slices, dtype=np.int64), np.asarray(positions, dtype=np.int64)
+        j = slices * self.width + positions if self.strategy == "contiguous" else positions * self.slices + slices
+        if self._permutation is not None:
+            inverse = np.full(self.slices * self.width, -1, dtype=np.int64)
+            inverse[self._permutation] = np.arange(self.kept)
+            j = inverse[j]
+        return np.where((j >= 0) & (j < self.kept), j + self.discard, -1)
+
+    def order(self) -> torch.Tensor:
+        """(M·N,) vocabulary id of each (slice, position) cell in row-major order; −1 for padding."""
+        cells = np.arange(self.slices * self.width)
+        return torch.from_numpy(self.term_id(cells // self.width, cells % self.width))
+
+
+def densify(bow: torch.Tensor, slicing: Slicing, order: torch.Tensor | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """DLR of lexical vectors (Eq. 6–8): each slice's largest value (float16) and its position in the slice.
+
+    Args:
+        bow: (B, |V|) lexical vectors.
+        slicing: The slicing map.
+        order: ``slicing.order()``, precomputed (pass it when densifying many batches).
+
+    Returns:
+        (B, M) values as float16 and (B, M) positions as ``slicing.index_dtype``.
+    """
+    if bow.shape[1] != slicing.vocab_size:
+        raise ValueError(f"vectors have {bow.shape[1]} dimensions, the slicing expects {slicing.vocab_size}")
+    order = slicing.order() if order is None else order
+    padded = torch.cat([bow.float(), torch.full((bow.shape[0], 1), -torch.inf, device=bow.device)], dim=1)
+    cells = padded[:, order.to(bow.device)]  # index −1 picks the −inf column: padding never wins a slice
+    best = cells.view(bow.shape[0], slicing.slices, slicing.width).max(dim=2)
+    values = best.values.clamp(min=torch.finfo(torch.float16).min).to(torch.float16)
+    return values.cpu().numpy(), best.indices.cpu().numpy().astype(slicing.index_dtype)
+
+
+def hybrid(values: np.ndarray, indices: np.ndarray, cls: np.ndarray, lam: float) -> tuple[np.ndarray, np.ndarray]:
+    """DHR (Eq. 15–16): values DLR ⊕ √λ·[CLS], indices DLR ⊕ 1 (the [CLS] part's gate is always open)."""
+    cls_values = (math.sqrt(lam) * cls.astype(np.float32)).astype(np.float16)
+    return (
+        np.concatenate([values.astype(np.float16), cls_values], axis=1),
+        np.concatenate([indices, np.ones(cls.shape, dtype=indices.dtype)], axis=1),
+    )
+
+
+def gip(
+    q_values: torch.Tensor, q_indices: torch.Tensor, d_values: torch.Tensor, d_indices: torch.Tensor
+) -> torch.Tensor:
+    """GIP(q, d, g) = Σ_m q[m]·d[m]·g[m] with g[m] = 1{q_idx[m] = d_idx[m]} (Eq. 11–12).
+
+    Args:
+        q_values: (Q, M) query values.
+        q_indices: (Q, M) query indices.
+        d_values: (C, M) document values.
+        d_indices: (C, M) document indices.
+
+    Returns:
+        (Q, C) scores, in float32.
+    """
+    gate = q_indices.unsqueeze(1) == d_indices.unsqueeze(0)  # (Q, C, M)
+    return (gate * q_values.float().unsqueeze(1) * d_values.float().unsqueeze(0)).sum(dim=2)
