@@ -42,12 +42,15 @@ class FaissIndex:
         self.index, self.docids = index, list(docids)
         return self
 
-    def search(self, vectors: np.ndarray, qids: list[str], k: int) -> Run:
-        """Top ``k`` documents by inner product for each query vector."""
+    def search_rows(self, vectors: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+        """(Q, k) scores and row numbers of the top ``k`` (k capped by the corpus size; row −1 where none)."""
         if self.index is None:
             raise RuntimeError("search before build")
-        k = min(k, len(self.docids))
-        scores, rows = self.index.search(np.ascontiguousarray(vectors, dtype=np.float32), k)
+        return self.index.search(np.ascontiguousarray(vectors, dtype=np.float32), min(k, len(self.docids)))
+
+    def search(self, vectors: np.ndarray, qids: list[str], k: int) -> Run:
+        """Top ``k`` documents by inner product for each query vector."""
+        scores, rows = self.search_rows(vectors, k)
         return {
             qid: {self.docids[r]: float(s) for s, r in zip(srow, rrow, strict=True) if r >= 0}
             for qid, srow, rrow in zip(qids, scores, rows, strict=True)

@@ -1,0 +1,52 @@
+import numpy as np
+import pytest
+
+from retrieval_zoo.index.gip import GipIndex
+
+
+def random_dlr(rng: np.random.Generator, rows: int, dims: int = 16, width: int = 3):
+    values = rng.uniform(0, 1, (rows, dims)).astype(np.float16)
+    values[rng.uniform(size=(rows, dims)) < 0.5] = 0  # sparse-ish, non-negative like BM25 or SPLADE DLRs
+    return values, rng.integers(0, width, (rows, dims)).astype(np.uint8)
+
+
+def test_exact_search_by_hand() -> None:
+    values = np.array([[1.0, 1.0], [3.0, 0.5], [2.0, 2.0]], dtype=np.float16)
+    indices = np.array([[0, 1], [1, 1], [0, 0]], dtype=np.uint8)
+    index = GipIndex(values, indices, ["a", "b", "c"], device="cpu")
+    run = index.search(np.array([[1.0, 2.0]], dtype=np.float16), np.array([[0, 1]], dtype=np.uint8), ["q"], k=3)
+    # a: 1·1 + 2·1 = 3; b: gate [0, 1] → 2·0.5 = 1; c: gate [1, 0] → 1·2 = 2
+    assert run["q"] == {"a": 3.0, "c": 2.0, "b": 1.0} and list(run["q"]) == ["a", "c", "b"]
+    assert index.nbytes == 3 * 2 * (2 + 1)  # float16 values + uint8 indices
+
+
+@pytest.mark.parametrize("first_stage", ["approximate_gip", "inner_product"])
+def test_two_stage_with_theta_zero_equals_exact_search(first_stage: str) -> None:
+    rng = np.random.default_rng(0)
+    values, indices = random_dlr(rng, 500)
+    q_values, q_indices = random_dlr(rng, 20)
+    index = GipIndex(values, indices, [f"d{i}" for i in range(500)], device="cpu", chunk_elements=4096)
+    qids = [f"q{i}" for i in range(20)]
+    exact = index.search(q_values, q_indices, qids, k=10)
+    # θ = 0 keeps every dimension that can score, so approximate GIP is exact and K′ = 50 holds the exact top 10;
+    # the inner-product first stage ignores gates, so it needs K′ = the whole corpus to be exact.
+    candidates = 50 if first_stage == "approximate_gip" else 500
+    two_stage = index.search(q_values, q_indices, qids, k=10, first_stage=first_stage, theta=0.0, candidates=candidates)
+    for qid in qids:
+        assert list(two_stage[qid]) == list(exact[qid])
+        assert np.allclose(list(two_stage[qid].values()), list(exact[qid].values()), atol=1e-5)
+
+
+def test_a_high_theta_approximates_and_bad_arguments_fail() -> None:
+    rng = np.random.default_rng(1)
+    values, indices = random_dlr(rng, 300)
+    q_values, q_indices = random_dlr(rng, 5)
+    index = GipIndex(values, indices, [f"d{i}" for i in range(300)], device="cpu")
+    run = index.search(q_values, q_indices, list("abcde"), k=5, first_stage="approximate_gip", theta=2.0, candidates=20)
+    exact = index.search(q_values, q_indices, list("abcde"), k=300)
+    for qid, docs in run.items():  # scores are exact GIP even when the shortlist missed better documents
+        assert len(docs) == 5 and all(score == pytest.approx(exact[qid][d], abs=1e-5) for d, score in docs.items())
+    with pytest.raises(ValueError, match="first_stage"):
+        index.search(q_values, q_indices, list("abcde"), k=5, first_stage="hnsw")
+    with pytest.raises(ValueError, match="disagree"):
+        GipIndex(values, indices[:5], ["x"] * 300)
