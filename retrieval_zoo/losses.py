@@ -108,3 +108,22 @@ def orthogonality(
     query_cos = F.cosine_similarity(query_lex, query_sem, dim=-1, eps=1e-8)
     doc_cos = F.cosine_similarity(doc_lex, doc_sem, dim=-1, eps=1e-8)
     return query_cos.pow(2).mean() + doc_cos.pow(2).mean()
+
+
+def kl_distillation(student: torch.Tensor, teacher: torch.Tensor) -> torch.Tensor:
+    """KL(p_teacher ‖ p_student) between softmaxes over each query's candidates (delade-dhr.md's "+" models).
+
+    L = mean_i Σ_j p_t(j | q_i) · (log p_t(j | q_i) − log p_s(j | q_i)), p = softmax of the scores over the group,
+    as the reference code's ``KLDivLoss(reduction="batchmean")``.
+
+    Args:
+        student: (B, G) the model's scores of each query's group.
+        teacher: (B, G) the teacher's scores of the same documents.
+
+    Returns:
+        Scalar mean loss.
+    """
+    if student.shape != teacher.shape:
+        raise ValueError(f"student scores {tuple(student.shape)} and teacher scores {tuple(teacher.shape)} differ")
+    return F.kl_div(F.log_softmax(student, dim=1), F.log_softmax(teacher.to(student.dtype), dim=1), log_target=True,
+                    reduction="batchmean")  # fmt: skip

@@ -8,15 +8,17 @@ import torch
 from retrieval_zoo.backbones import TinyRandomBackbone
 from retrieval_zoo.index.concatenated import ConcatenatedRetriever
 from retrieval_zoo.index.dense import DenseRetriever, FaissIndex
+from retrieval_zoo.index.dhr import DhrRetriever
 from retrieval_zoo.index.hybrid import HybridRetriever
 from retrieval_zoo.lexical.bm25 import BM25
 from retrieval_zoo.methods.bm25 import BM25Method
 from retrieval_zoo.methods.clear import CLEAR
+from retrieval_zoo.methods.delade import DeLADE
 from retrieval_zoo.methods.dense import DenseBiEncoder
 from retrieval_zoo.methods.roc import RoC
 
-METHODS = ["bm25", "dense_mean", "dense_cls", "clear", "roc", "roc_exact"]
-INDEXES = ["lucene", "faiss_flat", "faiss_hnsw", "union", "concatenated"]
+METHODS = ["bm25", "dense_mean", "dense_cls", "clear", "roc", "roc_exact", "delade", "delade_cls"]
+INDEXES = ["lucene", "faiss_flat", "faiss_hnsw", "union", "concatenated", "gip"]
 APPLIES = {
     "bm25": {"lucene"},
     "dense_mean": {"faiss_flat", "faiss_hnsw"},
@@ -24,8 +26,11 @@ APPLIES = {
     "clear": {"faiss_flat", "faiss_hnsw", "union"},  # its embedding alone, or BM25 ∪ embedding
     "roc": {"faiss_flat", "faiss_hnsw", "concatenated"},  # its [CLS] part alone, or [projected BM25 ; [CLS]] exactly
     "roc_exact": {"faiss_flat", "faiss_hnsw", "union"},  # its [CLS] part alone, or exact BM25 ∪ [CLS] (naive sum)
+    # the full |V| (+ [CLS]) vectors by inner product (the paper's FlatIP), or densified and searched by GIP
+    "delade": {"faiss_flat", "faiss_hnsw", "gip"},
+    "delade_cls": {"faiss_flat", "faiss_hnsw", "gip"},
 }
-RETRIEVERS = {"lucene": BM25, "union": HybridRetriever, "concatenated": ConcatenatedRetriever}
+RETRIEVERS = {"lucene": BM25, "union": HybridRetriever, "concatenated": ConcatenatedRetriever, "gip": DhrRetriever}
 
 
 def make(method: str):
@@ -33,6 +38,9 @@ def make(method: str):
         return BM25Method(threads=2)
     if method == "clear":
         return CLEAR(TinyRandomBackbone(hidden_size=32), encode_batch_size=64, retrieval_depth=20).eval()
+    if method.startswith("delade"):
+        cls_dim = 8 if method == "delade_cls" else 0
+        return DeLADE(TinyRandomBackbone(hidden_size=32), cls_dim=cls_dim, slices=128, doc_max_length=16).eval()
     if method.startswith("roc"):
         fusion = "exact" if method == "roc_exact" else "projected"
         return RoC(TinyRandomBackbone(hidden_size=32), fusion_lexical=fusion, encode_batch_size=64).eval()

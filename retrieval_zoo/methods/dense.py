@@ -34,6 +34,7 @@ class DenseBiEncoder(RetrievalMethod):
         index_factory: faiss factory string of the retrieval index.
         encode_batch_size: Texts per forward pass when encoding a corpus.
         val_k: Validation retrieval depth.
+        mlm_head: Load the masked-LM model (encoder + vocabulary projection), for methods that use the logits.
     """
 
     def __init__(
@@ -48,13 +49,14 @@ class DenseBiEncoder(RetrievalMethod):
         index_factory: str = "Flat",
         encode_batch_size: int = 128,
         val_k: int = 100,
+        mlm_head: bool = False,
     ) -> None:
         super().__init__(optim, val_k)
         if pooling not in POOLING:
             raise ValueError(f"pooling must be one of {sorted(POOLING)}, not {pooling!r}")
         self.backbone_name, self.pooling = backbone.name, pooling
         self.tokenizer: PreTrainedTokenizerBase = backbone.load_tokenizer()
-        self.encoder = backbone.load_model(mlm_head=False).train()
+        self.encoder = backbone.load_model(mlm_head=mlm_head).train()
         self.query_max_length, self.doc_max_length = query_max_length, doc_max_length
         self.in_batch_negatives, self.temperature = in_batch_negatives, temperature
         self.index_factory, self.encode_batch_size = index_factory, encode_batch_size

@@ -1,0 +1,118 @@
+"""End-to-end retrieval with dense lexical (DLR) or dense hybrid (DHR) representations (delade-dhr.md §3.1–3.4).
+
+A model's lexical vectors are densified batch by batch as the corpus is encoded, so the |V|-dimensional vectors
+never exist for the whole corpus; a [CLS] part, when there is one, is appended as √λ·[CLS] (Eq. 15–16). Search is
+GIP (Eq. 11), exact or in two stages (Eq. 18). Either part can be searched alone by zeroing the other part of the
+query values, which is how evaluation reports the lexical and [CLS] components.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+import torch
+from tqdm import tqdm
+
+from retrieval_zoo.data.formats import Run
+from retrieval_zoo.index.dlr import Slicing, densify, hybrid
+from retrieval_zoo.index.gip import GipIndex
+from retrieval_zoo.methods.encoding import length_sorted_batches
+
+PartEncoder = Callable[[list[str]], tuple[torch.Tensor, torch.Tensor | None]]
+
+
+@torch.inference_mode()
+def represent(
+    encode: PartEncoder, texts: list[str], slicing: Slicing, lam: float, batch_size: int, desc: str = "densify"
+) -> tuple[np.ndarray, np.ndarray, int]:
+    """DLR (or DHR, when ``encode`` returns a [CLS] part) of every text, in input order.
+
+    Args:
+        encode: texts → ((n, |V|) lexical vectors, (n, c) [CLS] vectors or None).
+        texts: The texts.
+        slicing: The DLR slicing.
+        lam: λ of the [CLS] part (Eq. 14).
+        batch_size: Texts per forward pass.
+        desc: Progress-bar label.
+
+    Returns:
+        (n, M [+ c]) float16 values, (n, M [+ c]) indices, and the number of [CLS] dimensions c.
+    """
+    order, values, indices, cls_dims = slicing.order(), None, None, 0
+    for batch in tqdm(length_sorted_batches(texts, batch_size), desc=desc, unit="batch", leave=False, mininterval=5):
+        lexical, cls = encode([texts[i] for i in batch])
+        part_values, part_indices = densify(lexical, slicing, order)
+        if cls is not None:
+            cls_dims = cls.shape[1]
+            part_values, part_indices = hybrid(part_values, part_indices, cls.float().cpu().numpy(), lam)
+        if values is None:
+            values = np.empty((len(texts), part_values.shape[1]), dtype=np.float16)
+            indices = np.empty((len(texts), part_values.shape[1]), dtype=part_indices.dtype)
+        values[batch], indices[batch] = part_values, part_indices
+    if values is None:
+        raise ValueError("nothing to densify")
+    return values, indices, cls_dims
+
+
+class DhrRetriever:
+    """A corpus densified into a :class:`GipIndex`, searched with queries densified the same way.
+
+    Args:
+        encode_query: Query texts → (lexical, [CLS] or None) vectors.
+        encode_doc: Document texts → (lexical, [CLS] or None) vectors.
+        corpus: docid → text.
+        slicing: DLR slicing.
+        lam: λ of the [CLS] part.
+        first_stage: None (exact GIP), ``approximate_gip`` or ``inner_product`` (see :meth:`GipIndex.search`).
+        theta: θ of approximate GIP.
+        candidates: K′ of the first stage.
+        batch_size: Texts per forward pass.
+        device: Where GIP runs (default: the GPU when present).
+    """
+
+    parts = ("lexical", "semantic")
+
+    def __init__(
+        self,
+        encode_query: PartEncoder,
+        encode_doc: PartEncoder,
+        corpus: dict[str, str],
+        slicing: Slicing,
+        lam: float = 1.0,
+        first_stage: str | None = "approximate_gip",
+        theta: float = 0.3,
+        candidates: int = 10_000,
+        batch_size: int = 128,
+        device: torch.device | str | None = None,
+    ) -> None:
+        self.encode_query, self.slicing, self.lam, self.batch_size = encode_query, slicing, lam, batch_size
+        self.first_stage, self.theta, self.candidates = first_stage, theta, candidates
+        docids = list(corpus)
+        values, indices, self.cls_dims = represent(
+            encode_doc, [corpus[d] for d in docids], slicing, lam, batch_size, "densify corpus"
+        )
+        self.index = GipIndex(values, indices, docids, device=device)
+
+    def _queries(self, queries: dict[str, str]) -> tuple[np.ndarray, np.ndarray]:
+        values, indices, _ = represent(self.encode_query, list(queries.values()), self.slicing, self.lam,
+                                       self.batch_size, "densify queries")  # fmt: skip
+        return values, indices
+
+    def search(self, queries: dict[str, str], k: int, part: str | None = None) -> Run:
+        """Top ``k`` by GIP over the whole DHR, or over one ``part`` (the other part of the queries zeroed)."""
+        values, indices = self._queries(queries)
+        if part is not None:
+            if part not in self.parts or (part == "semantic" and not self.cls_dims):
+                raise ValueError(f"unknown part {part!r}; parts: {self.parts if self.cls_dims else ('lexical',)}")
+            split = values.shape[1] - self.cls_dims
+            values = values.copy()
+            if part == "lexical":
+                values[:, split:] = 0
+            else:
+                values[:, :split] = 0
+        return self.index.search(values, indices, list(queries), k, self.first_stage, self.theta, self.candidates)
+
+    def side(self, name: str, queries: dict[str, str], k: int) -> Run:
+        """One part's own top ``k`` (evaluation's component runs)."""
+        return self.search(queries, k, part=name)

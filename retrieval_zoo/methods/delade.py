@@ -1,0 +1,147 @@
+"""DeLADE and DeLADE+[CLS]: dense lexical + [CLS] retrieval through DHRs (Lin et al.; delade-dhr.md §3.3–3.5).
+
+DeLADE is SPLADE with a softmax: ds_BoW[v] = max_i w_i·softmax(logit_i)[v] over the tokens but [CLS] (Eq. 23).
+DeLADE+[CLS] adds the [CLS] vector through a linear projection to 128 dimensions, and trains both jointly on the
+exact fused score ⟨q_BoW, d_BoW⟩ + λ⟨q_[CLS], d_[CLS]⟩ (Eq. 13, λ = 1) with the listwise NLL over BM25 and in-batch
+negatives (Eq. 17). The "+" models add KL distillation from teacher scores. Retrieval densifies the lexical vectors
+into DLRs (Eq. 4–8) and the pair into DHRs (Eq. 14–16), searched by gated inner product in two stages (Eq. 18).
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from retrieval_zoo.backbones import Backbone
+from retrieval_zoo.data.collections import Collection
+from retrieval_zoo.data.datamodule import TrainBatch
+from retrieval_zoo.index.dhr import DhrRetriever, PartEncoder
+from retrieval_zoo.index.dlr import Slicing
+from retrieval_zoo.lexical.delade import delade_vectors
+from retrieval_zoo.losses import kl_distillation
+from retrieval_zoo.methods.base import Optim
+from retrieval_zoo.methods.dense import DenseBiEncoder
+
+
+class DeLADE(DenseBiEncoder):
+    """DeLADE (``cls_dim=0``) or DeLADE+[CLS], with optional distillation.
+
+    Encoded texts are the vectors [ds_BoW ; √λ·[CLS]], so their dot product is the training score of Eq. 13.
+
+    Args:
+        backbone: A backbone with its MLM head.
+        optim: Optimiser settings.
+        cls_dim: Width of the [CLS] projection (128 in the paper); 0 = DeLADE alone.
+        lambda_cls: λ of Eq. 13–14.
+        in_batch_negatives: Score each query against every document of the batch (Eq. 17 as trained).
+        kd_weight: Weight of KL(teacher ‖ fused score) over each query's group; > 0 needs ``data.teacher_run``.
+        kd_lexical_weight: Weight of the same KL on the lexical score alone (the reference code's optional term).
+        kd_semantic_weight: Weight of the same KL on the [CLS] score alone.
+        freeze_word_embeddings: Freeze the word embeddings (and the tied MLM decoder), as the reference code does.
+        slices: M, the DLR dimension (768, 256 or 128).
+        slicing: ``stride`` (default), ``contiguous`` or ``random`` (Table 6).
+        discard: Leading vocabulary ids dropped before slicing (570 for BERT's vocabulary).
+        first_stage: ``approximate_gip`` (Eq. 18), ``inner_product``, or null for exact GIP over the corpus.
+        theta: θ of approximate GIP (0.3 for DHRs in the paper).
+        candidates: K′ re-ranked by exact GIP (10,000, capped by the corpus size).
+        query_max_length: Query truncation, in tokens.
+        doc_max_length: Document truncation, in tokens.
+        encode_batch_size: Texts per forward pass when encoding a corpus.
+        val_k: Validation retrieval depth.
+    """
+
+    def __init__(
+        self,
+        backbone: Backbone,
+        optim: Optim | None = None,
+        cls_dim: int = 128,
+        lambda_cls: float = 1.0,
+        in_batch_negatives: bool = True,
+        kd_weight: float = 0.0,
+        kd_lexical_weight: float = 0.0,
+        kd_semantic_weight: float = 0.0,
+        freeze_word_embeddings: bool = True,
+        slices: int = 768,
+        slicing: str = "stride",
+        discard: int = 570,
+        first_stage: str | None = "approximate_gip",
+        theta: float = 0.3,
+        candidates: int = 10_000,
+        query_max_length: int = 32,
+        doc_max_length: int = 128,
+        encode_batch_size: int = 64,
+        val_k: int = 100,
+    ) -> None:
+        super().__init__(
+            backbone, optim, pooling="cls", query_max_length=query_max_length, doc_max_length=doc_max_length,
+            in_batch_negatives=in_batch_negatives, encode_batch_size=encode_batch_size, val_k=val_k, mlm_head=True,
+        )  # fmt: skip
+        hidden = self.encoder.config.hidden_size if hasattr(self.encoder.config, "hidden_size") else None
+        hidden = hidden or self.encoder.config.dim  # DistilBERT names it dim
+        self.vocab_size = self.encoder.get_output_embeddings().out_features
+        self.term_weight = torch.nn.Linear(hidden, 1)  # w_i = h_i·W + b (Eq. 23)
+        self.cls_projection = torch.nn.Linear(hidden, cls_dim) if cls_dim > 0 else None
+        self.complementarity_parts = ("lexical", "semantic") if cls_dim > 0 else None
+        if kd_semantic_weight > 0 and cls_dim == 0:
+            raise ValueError("kd_semantic_weight needs a [CLS] part (cls_dim > 0)")
+        self.lambda_cls = lambda_cls
+        self.kd_weights = {"kd": kd_weight, "kd_lexical": kd_lexical_weight, "kd_semantic": kd_semantic_weight}
+        self.needs = frozenset({"teacher_scores"}) if any(w > 0 for w in self.kd_weights.values()) else frozenset()
+        if freeze_word_embeddings:
+            self.encoder.get_input_embeddings().weight.requires_grad_(False)
+        self.slicing = Slicing(self.vocab_size, slices, discard, slicing)
+        self.first_stage, self.theta, self.candidates = first_stage, theta, candidates
+
+    def encode_parts(self, ids: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """(N, L) ids and mask → (N, |V|) ds_BoW (Eq. 23) and the (N, cls_dim) projected [CLS] (or None)."""
+        out = self.encoder(input_ids=ids, attention_mask=mask, output_hidden_states=True)
+        hidden = out.hidden_states[-1]
+        lexical = delade_vectors(out.logits, hidden, mask, self.term_weight)
+        return lexical, self.cls_projection(hidden[:, 0]) if self.cls_projection is not None else None
+
+    def _embed(self, ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        """[ds_BoW ; √λ·[CLS]]: their dot product is sim_hybrid of Eq. 13. (N, L) → (N, |V| + cls_dim)."""
+        lexical, cls = self.encode_parts(ids, mask)
+        return lexical if cls is None else torch.cat([lexical, math.sqrt(self.lambda_cls) * cls], dim=1)
+
+    def losses(self, batch: TrainBatch) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]:
+        """NLL of Eq. 17 on the exact fused score, plus the weighted KL terms when distilling."""
+        q, d = self.encode_query(batch.queries), self.encode_doc(batch.docs)
+        nll, accuracy = self._listwise_nll(q, d, batch)
+        losses, split = {"nll": nll}, self.vocab_size
+        d = d.view(len(batch.qids), len(batch.docids[0]), -1)
+        group_scores = {  # (B, G): each query against its own group, fused and per part
+            "kd": torch.einsum("bh,bgh->bg", q, d),
+            "kd_lexical": torch.einsum("bh,bgh->bg", q[:, :split], d[:, :, :split]),
+        }
+        if self.cls_projection is not None:
+            group_scores["kd_semantic"] = group_scores["kd"] - group_scores["kd_lexical"]  # λ·<q_cls, d_cls>
+        for name, weight in self.kd_weights.items():
+            if weight > 0:
+                losses[name] = weight * kl_distillation(group_scores[name], batch.teacher_scores.to(q.device))
+        diagnostics = {
+            "accuracy": accuracy,
+            "score/lexical_positive": group_scores["kd_lexical"][:, 0].detach(),
+            "lexical/max": d[:, :, :split].detach().amax(dim=2).flatten(),
+        }
+        if self.cls_projection is not None:
+            diagnostics["score/semantic_positive"] = group_scores["kd_semantic"][:, 0].detach()
+        return losses, diagnostics
+
+    def _parts(self, max_length: int) -> PartEncoder:
+        def encode(texts: list[str]) -> tuple[torch.Tensor, torch.Tensor | None]:
+            return self.encode_parts(*self._tokenize(texts, max_length))
+
+        return encode
+
+    def build_retriever(self, collection: Collection) -> DhrRetriever:
+        """Densify the corpus into DLRs (DeLADE) or DHRs (DeLADE+[CLS]) searched by GIP."""
+        return DhrRetriever(
+            self._parts(self.query_max_length), self._parts(self.doc_max_length), collection.corpus, self.slicing,
+            self.lambda_cls, self.first_stage, self.theta, self.candidates, self.encode_batch_size,
+        )  # fmt: skip
+
+    def component_runs(self, retriever: DhrRetriever, queries: dict[str, str], k: int) -> dict:
+        """The DLR part alone and the [CLS] part alone (Table 9)."""
+        return {part: retriever.side(part, queries, k) for part in self.complementarity_parts or ()}

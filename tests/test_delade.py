@@ -1,0 +1,90 @@
+import pytest
+import torch
+
+from retrieval_zoo.backbones import TinyRandomBackbone
+from retrieval_zoo.data.datamodule import TrainBatch
+from retrieval_zoo.lexical.delade import delade_vectors, delade_vectors_naive
+from retrieval_zoo.losses import kl_distillation
+from retrieval_zoo.methods.delade import DeLADE
+
+
+def test_delade_vectors_by_hand() -> None:
+    # One text: [CLS], two real tokens, one pad; |V| = 2. w = h (identity term weight on 1-d hidden states).
+    logits = torch.tensor([[[9.0, 9.0], [0.0, 0.0], [0.0, torch.log(torch.tensor(3.0))], [50.0, 0.0]]])
+    hidden = torch.tensor([[[100.0], [2.0], [4.0], [100.0]]])  # [CLS] and the pad carry huge weights: excluded
+    mask = torch.tensor([[1, 1, 1, 0]])
+    weight = torch.nn.Linear(1, 1)
+    torch.nn.init.ones_(weight.weight), torch.nn.init.zeros_(weight.bias)
+    # token 1: 2·softmax(0, 0) = (1, 1); token 2: 4·softmax(0, log 3) = (1, 3) → max: (1, 3)
+    assert delade_vectors(logits, hidden, mask, weight).tolist() == [pytest.approx([1.0, 3.0])]
+    assert delade_vectors_naive(logits, hidden, mask, weight).tolist() == [pytest.approx([1.0, 3.0])]
+
+
+@pytest.mark.parametrize("bias", [0.0, -5.0, 5.0])  # mixed, all-negative and all-positive term weights
+def test_fast_delade_vectors_equal_the_literal_formula(bias: float) -> None:
+    torch.manual_seed(0)
+    logits, hidden = torch.randn(3, 6, 50) * 3, torch.randn(3, 6, 4, requires_grad=True)
+    mask = torch.tensor([[1, 1, 1, 1, 1, 1], [1, 1, 1, 0, 0, 0], [1, 1, 0, 0, 0, 0]])
+    weight = torch.nn.Linear(4, 1)
+    torch.nn.init.constant_(weight.bias, bias)
+    fast, naive = delade_vectors(logits, hidden, mask, weight), delade_vectors_naive(logits, hidden, mask, weight)
+    assert torch.allclose(fast, naive, rtol=1e-5, atol=1e-7)
+    (fast_grad,) = torch.autograd.grad(fast.sum(), hidden)
+    (naive_grad,) = torch.autograd.grad(naive.sum(), hidden)
+    assert torch.allclose(fast_grad, naive_grad, rtol=1e-4, atol=1e-6)
+
+
+def test_kl_distillation_by_hand() -> None:
+    student, teacher = torch.tensor([[0.0, 0.0]]), torch.tensor([[torch.log(torch.tensor(3.0)), 0.0]])
+    # p_t = (3/4, 1/4), p_s = (1/2, 1/2): KL = 3/4·log(3/2) + 1/4·log(1/2)
+    expected = 0.75 * torch.log(torch.tensor(1.5)) + 0.25 * torch.log(torch.tensor(0.5))
+    assert kl_distillation(student, teacher).item() == pytest.approx(expected.item())
+    assert kl_distillation(teacher, teacher).item() == pytest.approx(0.0, abs=1e-7)
+    with pytest.raises(ValueError, match="differ"):
+        kl_distillation(student, teacher[:, :1])
+
+
+def batch(teacher: bool = False) -> TrainBatch:
+    return TrainBatch(
+        qids=["q1", "q2"], queries=["python library", "debian tools"], docids=[["p1", "n1"], ["p2", "n2"]],
+        docs=["a python library for data", "other text", "debian tools and more", "more text"],
+        teacher_scores=torch.tensor([[3.0, 1.0], [2.0, 0.0]]) if teacher else None,
+    )  # fmt: skip
+
+
+def test_training_score_is_eq_13_and_losses_are_named() -> None:
+    model = DeLADE(TinyRandomBackbone(hidden_size=32), cls_dim=8, lambda_cls=4.0, kd_weight=0.5, kd_lexical_weight=1)
+    assert model.needs == {"teacher_scores"}
+    model.eval()  # no dropout: the two forward passes below must agree
+    tokens = model._tokenize(["python library"], 32)
+    lexical, cls = model.encode_parts(*tokens)
+    fused = model.encode_query(["python library"])
+    assert fused.shape == (1, model.vocab_size + 8)
+    assert (fused @ fused.T).item() == pytest.approx((lexical @ lexical.T + 4.0 * cls @ cls.T).item(), rel=1e-5)
+    losses, diagnostics = model.train().losses(batch(teacher=True))
+    assert set(losses) == {"nll", "kd", "kd_lexical"} and diagnostics["score/lexical_positive"].shape == (2,)
+    assert not model.encoder.get_input_embeddings().weight.requires_grad  # frozen, as in the reference code
+
+
+def test_lexical_only_model_has_no_cls_part() -> None:
+    model = DeLADE(TinyRandomBackbone(hidden_size=32), cls_dim=0)
+    assert model.encode_doc(["a document"]).shape == (1, model.vocab_size)
+    assert model.complementarity_parts is None and model.needs == frozenset()
+    losses, _ = model.losses(batch())
+    assert set(losses) == {"nll"}
+    with pytest.raises(ValueError, match="cls_dim"):
+        DeLADE(TinyRandomBackbone(hidden_size=32), cls_dim=0, kd_semantic_weight=1.0)
+
+
+def test_dhr_retrieval_scores_are_gip_and_parts_add_up(tiny) -> None:
+    model = DeLADE(TinyRandomBackbone(hidden_size=32), cls_dim=8, slices=128, first_stage=None, doc_max_length=24)
+    retriever = model.eval().build_retriever(tiny)
+    queries = dict(list(tiny.judged_queries("dev").items())[:5])
+    fused = retriever.search(queries, 400)
+    lexical, semantic = retriever.side("lexical", queries, 400), retriever.side("semantic", queries, 400)
+    for qid, docs in fused.items():
+        for docid in list(docs)[:20]:  # GIP over the DHR = GIP over the DLR + λ·[CLS] (Eq. 14)
+            assert docs[docid] == pytest.approx(lexical[qid][docid] + semantic[qid][docid], abs=2e-3)
+    retriever.first_stage, retriever.theta, retriever.candidates = "approximate_gip", -1e9, 50
+    run = retriever.search(queries, 10)  # θ below every value: approximate GIP is exact, K′ = 50 holds the top 10
+    assert {q: list(d) for q, d in run.items()} == {q: list(d)[:10] for q, d in fused.items()}
