@@ -77,3 +77,14 @@ def test_gip_and_dhr_by_hand() -> None:
     assert qi.tolist() == [[0, 5, 7, 1, 1]] and qv.dtype == np.float16
     score = gip(*(torch.from_numpy(a) for a in (qv, qi, dv, di)))
     assert score.item() == pytest.approx(14 + 20)
+
+
+def test_explain_reverts_open_gates_to_vocabulary_ids() -> None:
+    from retrieval_zoo.index.dlr import explain
+
+    slicing = Slicing(vocab_size=12, slices=4, discard=2, strategy="stride")
+    q, d = torch.zeros(12), torch.zeros(12)
+    q[6], q[9], q[3] = 2.0, 1.0, 5.0  # ids 6 (slice 0, pos 1), 9 (slice 3, pos 1), 3 (slice 1, pos 0)
+    d[6], d[9], d[7] = 0.5, 4.0, 1.0  # 7 is slice 1, pos 1: same slice as the query's 3, another term: gate closed
+    (qv, qi), (dv, di) = densify(q[None], slicing), densify(d[None], slicing)
+    assert explain(qv[0], qi[0], dv[0], di[0], slicing) == [(9, 1.0, 4.0), (6, 2.0, 0.5)]

@@ -141,3 +141,30 @@ def gip(
     """
     gate = q_indices.unsqueeze(1) == d_indices.unsqueeze(0)  # (Q, C, M)
     return (gate * q_values.float().unsqueeze(1) * d_values.float().unsqueeze(0)).sum(dim=2)
+
+
+def explain(
+    q_values: np.ndarray, q_indices: np.ndarray, d_values: np.ndarray, d_indices: np.ndarray, slicing: Slicing
+) -> list[tuple[int, float, float]]:
+    """What a DLR pair matched (Table 13): (vocabulary id, query value, document value) per open gate, best first.
+
+    Each open gate m (q_idx[m] = d_idx[m], Eq. 12) is one vocabulary id, found by reverting the slicing; its
+    contribution to the GIP is the product of the two values. Only the first ``slicing.slices`` dimensions are
+    read, so a DHR's [CLS] part is left out.
+
+    Args:
+        q_values: (M,) query values.
+        q_indices: (M,) query indices.
+        d_values: (M,) document values.
+        d_indices: (M,) document indices.
+        slicing: The slicing both were densified with.
+    """
+    m = slicing.slices
+    gates = np.flatnonzero(q_indices[:m] == d_indices[:m])
+    ids = slicing.term_id(gates, q_indices[gates])
+    matched = [
+        (int(i), float(q_values[g]), float(d_values[g]))
+        for g, i in zip(gates, ids, strict=True)
+        if i >= 0 and q_values[g] * d_values[g] != 0
+    ]
+    return sorted(matched, key=lambda t: t[1] * t[2], reverse=True)
