@@ -14,10 +14,22 @@ from retrieval_zoo.lexical.bm25 import BM25
 from retrieval_zoo.methods.bm25 import BM25Method
 from retrieval_zoo.methods.clear import CLEAR
 from retrieval_zoo.methods.delade import DeLADE
+from retrieval_zoo.methods.dhr_fusion import DhrFusion
 from retrieval_zoo.methods.dense import DenseBiEncoder
 from retrieval_zoo.methods.roc import RoC
 
-METHODS = ["bm25", "dense_mean", "dense_cls", "clear", "roc", "roc_exact", "delade", "delade_cls"]
+METHODS = [
+    "bm25",
+    "dense_mean",
+    "dense_cls",
+    "clear",
+    "roc",
+    "roc_exact",
+    "delade",
+    "delade_cls",
+    "dlr_bm25",
+    "dlr_splade",
+]
 INDEXES = ["lucene", "faiss_flat", "faiss_hnsw", "union", "concatenated", "gip"]
 APPLIES = {
     "bm25": {"lucene"},
@@ -29,6 +41,8 @@ APPLIES = {
     # the full |V| (+ [CLS]) vectors by inner product (the paper's FlatIP), or densified and searched by GIP
     "delade": {"faiss_flat", "faiss_hnsw", "gip"},
     "delade_cls": {"faiss_flat", "faiss_hnsw", "gip"},
+    "dlr_bm25": {"gip"},  # off-the-shelf term vectors densified: no single dense vector to hand to faiss
+    "dlr_splade": {"gip"},
 }
 RETRIEVERS = {"lucene": BM25, "union": HybridRetriever, "concatenated": ConcatenatedRetriever, "gip": DhrRetriever}
 
@@ -38,6 +52,9 @@ def make(method: str):
         return BM25Method(threads=2)
     if method == "clear":
         return CLEAR(TinyRandomBackbone(hidden_size=32), encode_batch_size=64, retrieval_depth=20).eval()
+    if method.startswith("dlr"):
+        lexical = method.split("_")[1]
+        return DhrFusion(lexical, backbone=TinyRandomBackbone(hidden_size=32), slices=128, max_length=16).eval()
     if method.startswith("delade"):
         cls_dim = 8 if method == "delade_cls" else 0
         return DeLADE(TinyRandomBackbone(hidden_size=32), cls_dim=cls_dim, slices=128, doc_max_length=16).eval()

@@ -24,31 +24,39 @@ PartEncoder = Callable[[list[str]], tuple[torch.Tensor, torch.Tensor | None]]
 
 @torch.inference_mode()
 def represent(
-    encode: PartEncoder, texts: list[str], slicing: Slicing, lam: float, batch_size: int, desc: str = "densify"
+    encode: PartEncoder,
+    items: list[str],
+    slicing: Slicing,
+    lam: float,
+    batch_size: int,
+    desc: str = "densify",
+    texts: list[str] | None = None,
 ) -> tuple[np.ndarray, np.ndarray, int]:
-    """DLR (or DHR, when ``encode`` returns a [CLS] part) of every text, in input order.
+    """DLR (or DHR, when ``encode`` returns a [CLS] part) of every item, in input order.
 
     Args:
-        encode: texts → ((n, |V|) lexical vectors, (n, c) [CLS] vectors or None).
-        texts: The texts.
+        encode: items → ((n, |V|) lexical vectors, (n, c) [CLS] vectors or None).
+        items: What ``encode`` takes: query texts, or document ids.
         slicing: The DLR slicing.
         lam: λ of the [CLS] part (Eq. 14).
-        batch_size: Texts per forward pass.
+        batch_size: Items per forward pass.
         desc: Progress-bar label.
+        texts: The items' texts, whose lengths group the batches (default: the items themselves).
 
     Returns:
         (n, M [+ c]) float16 values, (n, M [+ c]) indices, and the number of [CLS] dimensions c.
     """
     order, values, indices, cls_dims = slicing.order(), None, None, 0
-    for batch in tqdm(length_sorted_batches(texts, batch_size), desc=desc, unit="batch", leave=False, mininterval=5):
-        lexical, cls = encode([texts[i] for i in batch])
+    batches = length_sorted_batches(texts if texts is not None else items, batch_size)
+    for batch in tqdm(batches, desc=desc, unit="batch", leave=False, mininterval=5):
+        lexical, cls = encode([items[i] for i in batch])
         part_values, part_indices = densify(lexical, slicing, order)
         if cls is not None:
             cls_dims = cls.shape[1]
             part_values, part_indices = hybrid(part_values, part_indices, cls.float().cpu().numpy(), lam)
         if values is None:
-            values = np.empty((len(texts), part_values.shape[1]), dtype=np.float16)
-            indices = np.empty((len(texts), part_values.shape[1]), dtype=part_indices.dtype)
+            values = np.empty((len(items), part_values.shape[1]), dtype=np.float16)
+            indices = np.empty((len(items), part_values.shape[1]), dtype=part_indices.dtype)
         values[batch], indices[batch] = part_values, part_indices
     if values is None:
         raise ValueError("nothing to densify")
@@ -60,7 +68,7 @@ class DhrRetriever:
 
     Args:
         encode_query: Query texts → (lexical, [CLS] or None) vectors.
-        encode_doc: Document texts → (lexical, [CLS] or None) vectors.
+        encode_doc: Document ids → (lexical, [CLS] or None) vectors.
         corpus: docid → text.
         slicing: DLR slicing.
         lam: λ of the [CLS] part.
@@ -90,7 +98,7 @@ class DhrRetriever:
         self.first_stage, self.theta, self.candidates = first_stage, theta, candidates
         docids = list(corpus)
         values, indices, self.cls_dims = represent(
-            encode_doc, [corpus[d] for d in docids], slicing, lam, batch_size, "densify corpus"
+            encode_doc, docids, slicing, lam, batch_size, "densify corpus", texts=[corpus[d] for d in docids]
         )
         self.index = GipIndex(values, indices, docids, device=device)
 

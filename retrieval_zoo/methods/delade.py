@@ -16,7 +16,7 @@ import torch
 from retrieval_zoo.backbones import Backbone
 from retrieval_zoo.data.collections import Collection
 from retrieval_zoo.data.datamodule import TrainBatch
-from retrieval_zoo.index.dhr import DhrRetriever, PartEncoder
+from retrieval_zoo.index.dhr import DhrRetriever
 from retrieval_zoo.index.dlr import Slicing
 from retrieval_zoo.lexical.delade import delade_vectors
 from retrieval_zoo.losses import kl_distillation
@@ -129,16 +129,17 @@ class DeLADE(DenseBiEncoder):
             diagnostics["score/semantic_positive"] = group_scores["kd_semantic"][:, 0].detach()
         return losses, diagnostics
 
-    def _parts(self, max_length: int) -> PartEncoder:
-        def encode(texts: list[str]) -> tuple[torch.Tensor, torch.Tensor | None]:
-            return self.encode_parts(*self._tokenize(texts, max_length))
-
-        return encode
-
     def build_retriever(self, collection: Collection) -> DhrRetriever:
         """Densify the corpus into DLRs (DeLADE) or DHRs (DeLADE+[CLS]) searched by GIP."""
+
+        def encode_query(texts: list[str]) -> tuple[torch.Tensor, torch.Tensor | None]:
+            return self.encode_parts(*self._tokenize(texts, self.query_max_length))
+
+        def encode_doc(docids: list[str]) -> tuple[torch.Tensor, torch.Tensor | None]:
+            return self.encode_parts(*self._tokenize([collection.corpus[d] for d in docids], self.doc_max_length))
+
         return DhrRetriever(
-            self._parts(self.query_max_length), self._parts(self.doc_max_length), collection.corpus, self.slicing,
+            encode_query, encode_doc, collection.corpus, self.slicing,
             self.lambda_cls, self.first_stage, self.theta, self.candidates, self.encode_batch_size,
         )  # fmt: skip
 

@@ -1,0 +1,52 @@
+import pytest
+
+from retrieval_zoo.backbones import TinyRandomBackbone
+from retrieval_zoo.evaluation import evaluate
+from retrieval_zoo.methods.dense import DenseBiEncoder
+from retrieval_zoo.methods.dhr_fusion import DhrFusion, bag_matrix
+
+
+def test_bag_matrix_places_weights_and_drops_unknown_terms() -> None:
+    matrix = bag_matrix([{"b": 2.0, "zzz": 9.0}, {"a": 1.0}], {"a": 0, "b": 1})
+    assert matrix.tolist() == [[0.0, 2.0], [1.0, 0.0]]
+
+
+def test_bm25_dlr_only_loses_what_collisions_hide(tiny, tiny_bm25) -> None:
+    model = DhrFusion(lexical="bm25", slices=256, first_stage=None).eval()
+    retriever = model.build_retriever(tiny)
+    queries = dict(list(tiny.judged_queries("dev").items())[:30])
+    run = retriever.search(queries, 100)
+    qids = list(queries)
+    exact_query = dict(zip(qids, tiny_bm25.query_idf(list(queries.values())), strict=True))
+    for qid in qids[:5]:
+        docids = list(run[qid])[:10]
+        for docid, bag in zip(docids, tiny_bm25.document_term_weights(docids, saturation_only=True), strict=True):
+            exact = sum(w * bag.get(t, 0.0) for t, w in exact_query[qid].items())
+            # A gate opens only on the same term, with that term's exact product; a collision can only hide one.
+            assert run[qid][docid] <= exact * (1 + 2e-3) + 1e-3
+    qrels = {q: tiny.qrels["dev"][q] for q in queries}
+    dlr, bm25 = evaluate(run, qrels)["MRR@10"], evaluate(tiny_bm25.search(queries, 100), qrels)["MRR@10"]
+    assert dlr > 0.8 * bm25  # 256 slices over this slice's vocabulary keep most of BM25
+
+
+def test_bm25_plus_dense_dhr_adds_the_two_parts(tiny) -> None:
+    dense = DenseBiEncoder(TinyRandomBackbone(hidden_size=32), pooling="mean", doc_max_length=32)
+    model = DhrFusion(lexical="bm25", dense=dense, lambda_dense=4.0, slices=128, first_stage=None).eval()
+    assert model.complementarity_parts == ("lexical", "semantic")
+    retriever = model.build_retriever(tiny)
+    queries = dict(list(tiny.judged_queries("dev").items())[:5])
+    fused, lexical, semantic = (retriever.search(queries, 400, part=p) for p in (None, "lexical", "semantic"))
+    for qid, docs in fused.items():
+        for docid in list(docs)[:10]:
+            assert docs[docid] == pytest.approx(lexical[qid][docid] + semantic[qid][docid], abs=2e-2)
+
+
+def test_splade_dlr_runs_on_the_backbone_mlm(tiny) -> None:
+    model = DhrFusion(lexical="splade", backbone=TinyRandomBackbone(hidden_size=32), slices=128, discard=570,
+                      max_length=16).eval()  # fmt: skip
+    run = model.build_retriever(tiny).search(dict(list(tiny.judged_queries("dev").items())[:3]), 5)
+    assert len(run) == 3 and all(len(docs) == 5 for docs in run.values())
+    with pytest.raises(ValueError, match="lexical must be"):
+        DhrFusion(lexical="tfidf")
+    with pytest.raises(ValueError, match="needs a backbone"):
+        DhrFusion(lexical="splade")
