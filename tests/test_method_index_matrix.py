@@ -14,8 +14,8 @@ from retrieval_zoo.lexical.bm25 import BM25
 from retrieval_zoo.methods.bm25 import BM25Method
 from retrieval_zoo.methods.clear import CLEAR
 from retrieval_zoo.methods.delade import DeLADE
-from retrieval_zoo.methods.dhr_fusion import DhrFusion
 from retrieval_zoo.methods.dense import DenseBiEncoder
+from retrieval_zoo.methods.dhr_fusion import DhrFusion
 from retrieval_zoo.methods.roc import RoC
 
 METHODS = [
