@@ -94,7 +94,8 @@ class DhrRetriever:
         batch_size: int = 128,
         device: torch.device | str | None = None,
     ) -> None:
-        self.encode_query, self.slicing, self.lam, self.batch_size = encode_query, slicing, lam, batch_size
+        self.encode_query, self.encode_doc, self.slicing = encode_query, encode_doc, slicing
+        self.lam, self.batch_size = lam, batch_size
         self.first_stage, self.theta, self.candidates = first_stage, theta, candidates
         docids = list(corpus)
         values, indices, self.cls_dims = represent(
@@ -102,14 +103,15 @@ class DhrRetriever:
         )
         self.index = GipIndex(values, indices, docids, device=device)
 
-    def _queries(self, queries: dict[str, str]) -> tuple[np.ndarray, np.ndarray]:
+    def represent_queries(self, queries: dict[str, str]) -> tuple[np.ndarray, np.ndarray]:
+        """(Q, M [+ c]) values and indices of the queries, in the order of the dict."""
         values, indices, _ = represent(self.encode_query, list(queries.values()), self.slicing, self.lam,
                                        self.batch_size, "densify queries")  # fmt: skip
         return values, indices
 
     def search(self, queries: dict[str, str], k: int, part: str | None = None) -> Run:
         """Top ``k`` by GIP over the whole DHR, or over one ``part`` (the other part of the queries zeroed)."""
-        values, indices = self._queries(queries)
+        values, indices = self.represent_queries(queries)
         if part is not None:
             if part not in self.parts or (part == "semantic" and not self.cls_dims):
                 raise ValueError(f"unknown part {part!r}; parts: {self.parts if self.cls_dims else ('lexical',)}")
