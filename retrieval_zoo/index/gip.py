@@ -69,9 +69,14 @@ class GipIndex:
         self, q_values: torch.Tensor, q_indices: torch.Tensor, rows: torch.Tensor | None = None
     ) -> torch.Tensor:
         """(Q, C) exact GIP of each query with every document (or with ``rows`` of them, (Q, K′))."""
-        if rows is not None:  # per-query candidate lists: (Q, K′, M) gathered documents
-            gate = self.indices[rows] == q_indices.unsqueeze(1)
-            return (gate * self.values[rows] * q_values.unsqueeze(1)).float().sum(dim=2)
+        if rows is not None:  # per-query candidate lists: (q, K′, M) gathered documents, q bounded by the chunk size
+            step = max(1, self.chunk_elements // max(1, rows.shape[1] * q_values.shape[1]))
+            parts = []
+            for i in range(0, rows.shape[0], step):
+                chunk = rows[i : i + step]
+                gate = self.indices[chunk] == q_indices[i : i + step].unsqueeze(1)
+                parts.append((gate * self.values[chunk] * q_values[i : i + step].unsqueeze(1)).float().sum(dim=2))
+            return torch.cat(parts)
         step = max(1, self.chunk_elements // max(1, q_values.shape[0] * q_values.shape[1]))
         parts = [
             gip(q_values, q_indices, self.values[i : i + step], self.indices[i : i + step])
@@ -110,7 +115,7 @@ class GipIndex:
         depth = min(candidates, len(self.docids))
         for start in tqdm(range(0, len(qids), batch_size), desc="gip search", unit="batch", leave=False):
             q_values, q_indices = self._queries(values[start : start + batch_size], indices[start : start + batch_size])
-            if first_stage is None:
+            if first_stage is None or depth >= len(self.docids):  # K′ covers the corpus: the re-rank is exact GIP
                 scores, rows = self.exact_scores(q_values, q_indices).topk(min(k, len(self.docids)), dim=1)
             else:
                 shortlist = self._first_stage(first_stage, q_values, q_indices, theta, depth, start, values)
