@@ -51,7 +51,8 @@ def evaluate_method(
 
     Returns:
         What ``results.json`` holds: ``metrics`` (system → measure → value), ``tuning``, ``complementarity``,
-        ``seconds`` and the collection, split, query count and depth.
+        ``seconds``, ``index_bytes`` (when the retriever reports its size) and the collection, split, query count and
+        depth.
     """
     queries = collection.judged_queries(split)
     qrels = collection.qrels[split]
@@ -82,6 +83,9 @@ def evaluate_method(
     summary["split"] = split
     summary |= {"queries": len(queries), "k": k}
     summary |= {"metrics": results, "seconds": timings, "tuning": tuning, "complementarity": {}}
+    if hasattr(retriever, "nbytes"):  # the method's index size (DLR/DHR indexes report theirs)
+        summary["index_bytes"] = int(retriever.nbytes)
+        print(f"{name} index: {retriever.nbytes / 2**20:.2f} MiB")
     if model.complementarity_parts:
         lexical, semantic = (parts[p] for p in model.complementarity_parts)
         stats = summary["complementarity"] = complementarity(lexical, semantic, qrels, roc_k)

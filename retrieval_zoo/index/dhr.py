@@ -123,6 +123,15 @@ class DhrRetriever:
                 values[:, :split] = 0
         return self.index.search(values, indices, list(queries), k, self.first_stage, self.theta, self.candidates)
 
+    @property
+    def nbytes(self) -> int:
+        """Stored index size: float16 values, and uint8/uint16 positions for the DLR part only.
+
+        The [CLS] part's gate is always open, so its positions need not be stored.
+        """
+        rows, dims = self.index.values.shape
+        return rows * (2 * dims + self.slicing.index_dtype.itemsize * (dims - self.cls_dims))
+
     def side(self, name: str, queries: dict[str, str], k: int) -> Run:
         """One part's own top ``k`` (evaluation's component runs)."""
         return self.search(queries, k, part=name)
