@@ -100,7 +100,16 @@ def main(cfg: DictConfig) -> dict[str, dict[str, float]]:
     collection, bm25 = build_collection_and_bm25(cfg)
     split = cfg.eval.split or collection.eval_split
     summary = evaluate_method(
-        model, collection, bm25, split, cfg.eval.k, out_dir, name, cfg.eval.tune_queries, cfg.eval.get("roc_k", 10)
+        model,
+        collection,
+        bm25,
+        split,
+        cfg.eval.k,
+        out_dir,
+        name,
+        cfg.eval.tune_queries,
+        cfg.eval.get("roc_k", 10),
+        cfg.eval.get("explain", 0),
     )
     return summary["metrics"]
 

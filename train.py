@@ -47,7 +47,7 @@ def main(cfg: DictConfig) -> dict[str, dict[str, float]]:
         eval_cfg = cfg.eval
         summary = evaluate_method(
             model, collection, bm25, collection.eval_split, eval_cfg.k, out_dir, names["method"],
-            eval_cfg.tune_queries, eval_cfg.roc_k,
+            eval_cfg.tune_queries, eval_cfg.roc_k, eval_cfg.explain,
         )  # fmt: skip
         log_results(logger, summary)
         return summary["metrics"]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import time
 from pathlib import Path
 
@@ -9,7 +10,7 @@ import torch
 from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
-from retrieval_zoo.cache import write_json
+from retrieval_zoo.cache import atomic_path, write_json
 from retrieval_zoo.complementarity import complementarity, venn_figure
 from retrieval_zoo.data.collections import Collection
 from retrieval_zoo.data.formats import as_written, write_run
@@ -40,6 +41,7 @@ def evaluate_method(
     name: str,
     tune_queries: int = 0,
     roc_k: int = 10,
+    explain: int = 0,
 ) -> dict:
     """Retrieve ``split``'s judged queries with ``model`` and with BM25, write runs and results, print the table.
 
@@ -47,7 +49,8 @@ def evaluate_method(
     queries (:meth:`Collection.tuning_qids`). Writes ``run.<split>.trec``, ``run.<split>.bm25.trec``, one run per
     component of the method (``run.<split>.<part>.trec``) and ``results.json`` into ``out_dir``. For a hybrid
     (``model.complementarity_parts``), also RoC's complementarity of its two sides at ``roc_k`` (Eq. 1) and its
-    Venn figure ``roc.<split>.png``.
+    Venn figure ``roc.<split>.png``. With ``explain`` > 0 and a retriever that can explain its matches (DLR/DHR),
+    ``explain.<split>.jsonl`` lists the matched terms of the top 3 documents of the first ``explain`` queries.
 
     Returns:
         What ``results.json`` holds: ``metrics`` (system → measure → value), ``tuning``, ``complementarity``,
@@ -93,6 +96,11 @@ def evaluate_method(
         figure = venn_figure(stats, out_dir / f"roc.{split}.png", title)
         summary["complementarity_figure"] = str(figure)
         print(f"complementarity at {roc_k}: " + ", ".join(f"{key} {value:g}" for key, value in stats.items()))
+    if explain and hasattr(retriever, "explain"):
+        first = dict(list(queries.items())[:explain])
+        lines = [json.dumps(record) for record in retriever.explain(first, run)]
+        with atomic_path(out_dir / f"explain.{split}.jsonl") as tmp:
+            tmp.write_text("\n".join(lines) + "\n")
     write_json(out_dir / "results.json", summary)
     return summary
 

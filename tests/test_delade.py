@@ -79,6 +79,7 @@ def test_lexical_only_model_has_no_cls_part() -> None:
 def test_dhr_retrieval_scores_are_gip_and_parts_add_up(tiny) -> None:
     model = DeLADE(TinyRandomBackbone(hidden_size=32), cls_dim=8, slices=128, first_stage=None, doc_max_length=24)
     retriever = model.eval().build_retriever(tiny)
+    assert retriever.nbytes == len(tiny.corpus) * (2 * (128 + 8) + 1 * 128)  # float16 values; uint8 DLR positions
     queries = dict(list(tiny.judged_queries("dev").items())[:5])
     fused = retriever.search(queries, 400)
     lexical, semantic = retriever.side("lexical", queries, 400), retriever.side("semantic", queries, 400)

@@ -50,3 +50,20 @@ def test_splade_dlr_runs_on_the_backbone_mlm(tiny) -> None:
         DhrFusion(lexical="tfidf")
     with pytest.raises(ValueError, match="needs a backbone"):
         DhrFusion(lexical="splade")
+
+
+def test_evaluation_explains_what_the_dlr_matched(tiny, tiny_bm25, tmp_path) -> None:
+    import json
+
+    from retrieval_zoo.pipeline import evaluate_method
+
+    model = DhrFusion(lexical="bm25", slices=256, first_stage=None).eval()
+    summary = evaluate_method(model, tiny, tiny_bm25, "dev", 20, tmp_path, "dlr_bm25", explain=2)
+    assert summary["index_bytes"] == len(tiny.corpus) * 256 * (2 + 1)
+    records = [json.loads(line) for line in (tmp_path / "explain.dev.jsonl").read_text().splitlines()]
+    assert len(records) == 6 and {r["qid"] for r in records} == set(list(tiny.judged_queries("dev"))[:2])
+    for record in records:  # no [CLS] part: the score is the DLR's GIP, the sum of the matched products
+        assert record["score"] == pytest.approx(record["lexical"], abs=1e-3)
+        assert all(m["term"].isalnum() or "." in m["term"] for m in record["matches"])  # analysed words, not ids
+        products = [m["query"] * m["doc"] for m in record["matches"]]
+        assert products == sorted(products, reverse=True)

@@ -15,7 +15,7 @@ import torch
 from tqdm import tqdm
 
 from retrieval_zoo.data.formats import Run
-from retrieval_zoo.index.dlr import Slicing, densify, hybrid
+from retrieval_zoo.index.dlr import Slicing, densify, explain, hybrid
 from retrieval_zoo.index.gip import GipIndex
 from retrieval_zoo.methods.encoding import length_sorted_batches
 
@@ -77,6 +77,7 @@ class DhrRetriever:
         candidates: K′ of the first stage.
         batch_size: Texts per forward pass.
         device: Where GIP runs (default: the GPU when present).
+        terms: Vocabulary ids → their strings, for :meth:`explain` (default: the ids as text).
     """
 
     parts = ("lexical", "semantic")
@@ -93,9 +94,11 @@ class DhrRetriever:
         candidates: int = 10_000,
         batch_size: int = 128,
         device: torch.device | str | None = None,
+        terms: Callable[[list[int]], list[str]] | None = None,
     ) -> None:
         self.encode_query, self.encode_doc, self.slicing = encode_query, encode_doc, slicing
         self.lam, self.batch_size = lam, batch_size
+        self.terms = terms or (lambda ids: [str(i) for i in ids])
         self.first_stage, self.theta, self.candidates = first_stage, theta, candidates
         docids = list(corpus)
         values, indices, self.cls_dims = represent(
@@ -135,3 +138,26 @@ class DhrRetriever:
     def side(self, name: str, queries: dict[str, str], k: int) -> Run:
         """One part's own top ``k`` (evaluation's component runs)."""
         return self.search(queries, k, part=name)
+
+    def explain(self, queries: dict[str, str], run: Run, depth: int = 3) -> list[dict]:
+        """What each query matched in its top ``depth`` documents: the DLR's open gates as weighted terms (Table 13).
+
+        Returns:
+            One record per (query, document): ids, score, the lexical part's GIP, and the matched terms with their
+            query and document values, best first.
+        """
+        values, indices = self.represent_queries(queries)
+        rows = {docid: row for row, docid in enumerate(self.index.docids)}
+        doc_values, doc_indices = self.index.values.float().cpu().numpy(), self.index.indices.cpu().numpy()
+        records = []
+        for q, qid in enumerate(queries):
+            for docid in list(run.get(qid, {}))[:depth]:
+                r = rows[docid]
+                matched = explain(values[q].astype(np.float32), indices[q], doc_values[r], doc_indices[r], self.slicing)
+                words = self.terms([term for term, _, _ in matched])
+                records.append({
+                    "qid": qid, "docid": docid, "score": run[qid][docid],
+                    "lexical": sum(a * b for _, a, b in matched),
+                    "matches": [{"term": w, "query": a, "doc": b} for w, (_, a, b) in zip(words, matched, strict=True)],
+                })  # fmt: skip
+        return records

@@ -141,6 +141,7 @@ class DeLADE(DenseBiEncoder):
         return DhrRetriever(
             encode_query, encode_doc, collection.corpus, self.slicing,
             self.lambda_cls, self.first_stage, self.theta, self.candidates, self.encode_batch_size,
+            terms=self.tokenizer.convert_ids_to_tokens,
         )  # fmt: skip
 
     def component_runs(self, retriever: DhrRetriever, queries: dict[str, str], k: int) -> dict:

@@ -112,7 +112,8 @@ class DhrFusion(RetrievalMethod):
             def lexical_docs(ids: list[str]) -> torch.Tensor:
                 return bag_matrix([bags[d] for d in ids], vocabulary)
 
-            vocab_size = len(vocabulary)
+            vocab_size, words = len(vocabulary), list(vocabulary)
+            terms = lambda ids: [words[i] for i in ids]  # noqa: E731
         else:
 
             def lexical_queries(texts: list[str]) -> torch.Tensor:
@@ -124,11 +125,13 @@ class DhrFusion(RetrievalMethod):
                 return lexical_queries([corpus[d] for d in ids])
 
             vocab_size = self.mlm.get_output_embeddings().out_features
+            terms = self.tokenizer.convert_ids_to_tokens
         slicing = Slicing(vocab_size, **self.slicing_args)
         return DhrRetriever(
             lambda texts: (lexical_queries(texts), self._semantic(texts, query=True)),
             lambda ids: (lexical_docs(ids), self._semantic([corpus[d] for d in ids], query=False)),
             corpus, slicing, self.lambda_dense, self.first_stage, self.theta, self.candidates, self.encode_batch_size,
+            terms=terms,
         )  # fmt: skip
 
     def component_runs(self, retriever: DhrRetriever, queries: dict[str, str], k: int) -> dict:
