@@ -89,3 +89,24 @@ def test_dhr_retrieval_scores_are_gip_and_parts_add_up(tiny) -> None:
     retriever.first_stage, retriever.theta, retriever.candidates = "approximate_gip", -1e9, 50
     run = retriever.search(queries, 10)  # θ below every value: approximate GIP is exact, K′ = 50 holds the top 10
     assert {q: list(d) for q, d in run.items()} == {q: list(d)[:10] for q, d in fused.items()}
+
+
+@pytest.mark.slow
+def test_delade_cls_trains_and_evaluates_through_dhrs(tiny_dir, tmp_path) -> None:
+    import json
+
+    from tests.test_end_to_end import run_app, tiny_dataset
+
+    out = tmp_path / "delade_cls"
+    run_app(
+        "train.py", "method=delade_cls", *tiny_dataset(tiny_dir), "backbone=tiny_random", "trainer=cpu",
+        "trainer.max_epochs=1", "data.batch_size=8", "data.val_queries=10", "eval.k=100", "eval.explain=2",
+        "method.slices=128", "method.doc_max_length=24", "method.candidates=100", "logger=csv",
+        f"hydra.run.dir={out}",
+    )  # fmt: skip
+    results = json.loads((out / "results.json").read_text())
+    assert set(results["metrics"]) == {"BM25", "delade_cls", "delade_cls (lexical)", "delade_cls (semantic)"}
+    assert results["index_bytes"] > 0 and results["complementarity"]["U"] == 30
+    assert len((out / "explain.dev.jsonl").read_text().splitlines()) == 6
+    logged = (out / "csv" / "metrics.csv").read_text().splitlines()[0].split(",")
+    assert {"train/loss/nll", "train/accuracy", "train/score/lexical_positive/mean"} <= set(logged)
