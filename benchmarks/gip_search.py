@@ -82,3 +82,7 @@ def sparse_bytes(retriever: object, collection: object, sample: int = 500) -> fl
     docids = list(collection.corpus)[:sample]
     lexical, _ = retriever.encode_doc(docids)
     return float((lexical != 0).sum()) / len(docids) * len(collection.corpus) * 8
+
+
+if __name__ == "__main__":
+    main()
