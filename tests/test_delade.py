@@ -23,15 +23,18 @@ def test_delade_vectors_by_hand() -> None:
 @pytest.mark.parametrize("bias", [0.0, -5.0, 5.0])  # mixed, all-negative and all-positive term weights
 def test_fast_delade_vectors_equal_the_literal_formula(bias: float) -> None:
     torch.manual_seed(0)
-    logits, hidden = torch.randn(3, 6, 50) * 3, torch.randn(3, 6, 4, requires_grad=True)
+    logits = (torch.randn(3, 6, 50) * 3).requires_grad_(True)
+    hidden = torch.randn(3, 6, 4, requires_grad=True)
     mask = torch.tensor([[1, 1, 1, 1, 1, 1], [1, 1, 1, 0, 0, 0], [1, 1, 0, 0, 0, 0]])
     weight = torch.nn.Linear(4, 1)
     torch.nn.init.constant_(weight.bias, bias)
     fast, naive = delade_vectors(logits, hidden, mask, weight), delade_vectors_naive(logits, hidden, mask, weight)
     assert torch.allclose(fast, naive, rtol=1e-5, atol=1e-7)
-    (fast_grad,) = torch.autograd.grad(fast.sum(), hidden)
-    (naive_grad,) = torch.autograd.grad(naive.sum(), hidden)
-    assert torch.allclose(fast_grad, naive_grad, rtol=1e-4, atol=1e-6)
+    upstream = torch.randn(3, 50)  # a non-uniform incoming gradient
+    fast_grads = torch.autograd.grad((fast * upstream).sum(), (logits, hidden))
+    naive_grads = torch.autograd.grad((naive * upstream).sum(), (logits, hidden))
+    for fast_grad, naive_grad in zip(fast_grads, naive_grads, strict=True):
+        assert torch.allclose(fast_grad, naive_grad, rtol=1e-4, atol=1e-6)
 
 
 def test_kl_distillation_by_hand() -> None:

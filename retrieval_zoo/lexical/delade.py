@@ -23,10 +23,45 @@ def delade_vectors_naive(
     return values.masked_fill(attention_mask[:, 1:].unsqueeze(-1) == 0, float("-inf")).amax(dim=1)
 
 
+class _WeightedSoftmaxMax(torch.autograd.Function):
+    """max_i w_i·softmax(z_i)[v] over real positions, with a hand-written backward.
+
+    With p = softmax(z_i), i*(v) the winning position of v and out_v = w_{i*} p_{i* v}:
+    ∂L/∂z_iu = [i*(u) = i]·g_u·out_u − p_iu·S_i and ∂L/∂w_i = Σ_{v: i*(v) = i} g_v·p_iv, where
+    S_i = Σ_{v: i*(v) = i} g_v·out_v. The forward keeps a running max over positions, so neither pass builds more
+    than one (B, L, V) tensor (the backward's gradient itself).
+    """
+
+    @staticmethod
+    def forward(ctx, z: torch.Tensor, weights: torch.Tensor, real: torch.Tensor) -> torch.Tensor:  # noqa: ANN001
+        log_normaliser = torch.logsumexp(z, dim=-1)  # (B, L)
+        best = torch.full(z.shape[::2], float("-inf"), dtype=z.dtype, device=z.device)  # (B, V)
+        winner = torch.zeros(best.shape, dtype=torch.long, device=z.device)
+        for i in range(z.shape[1]):
+            candidate = weights[:, i : i + 1] * torch.exp(z[:, i] - log_normaliser[:, i : i + 1])
+            candidate = candidate.masked_fill(~real[:, i : i + 1], float("-inf"))
+            better = candidate > best
+            best, winner = torch.where(better, candidate, best), torch.where(better, i, winner)
+        ctx.save_for_backward(z, weights, log_normaliser, winner, best)
+        return best
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, None]:  # noqa: ANN001
+        z, weights, log_normaliser, winner, best = ctx.saved_tensors
+        contribution = grad * best  # g_v·out_v, (B, V)
+        per_position = torch.zeros_like(log_normaliser).scatter_add_(1, winner, contribution)  # S_i, (B, L)
+        probabilities = torch.exp(z - log_normaliser.unsqueeze(-1))  # (B, L, V)
+        winner_probability = probabilities.gather(1, winner.unsqueeze(1)).squeeze(1)  # p_{i* v}
+        grad_weights = torch.zeros_like(weights).scatter_add_(1, winner, grad * winner_probability)
+        grad_z = probabilities.mul_(-per_position.unsqueeze(-1))
+        grad_z.scatter_add_(1, winner.unsqueeze(1), contribution.unsqueeze(1))
+        return grad_z, grad_weights, None
+
+
 def delade_vectors(
     logits: torch.Tensor, hidden: torch.Tensor, attention_mask: torch.Tensor, term_weight: torch.nn.Module
 ) -> torch.Tensor:
-    """Eq. 23 for a batch, with one (B, L, V) temporary instead of the softmax's several.
+    """Eq. 23 for a batch, without materialising the softmax's (B, L, V) intermediates.
 
     Args:
         logits: (B, L, V) MLM logits, position 0 being [CLS].
@@ -37,17 +72,5 @@ def delade_vectors(
     Returns:
         (B, V) lexical vectors.
     """
-    z = logits[:, 1:].float()
     weights = term_weight(hidden[:, 1:]).squeeze(-1).float()  # (B, L − 1): w_i, [CLS] excluded
-    log_normaliser = torch.logsumexp(z, dim=-1)  # (B, L − 1)
-    real = attention_mask[:, 1:] != 0
-    positive = real & (weights > 0)
-    offset = torch.where(positive, torch.log(weights.clamp(min=1e-30)) - log_normaliser, float("-inf"))
-    vectors = torch.exp((z + offset.unsqueeze(-1)).amax(dim=1))  # rows without a positive weight: exp(−inf) = 0
-    no_positive = ~positive.any(dim=1)
-    if no_positive.any():  # every w_i ≤ 0: the max is the value closest to 0
-        rows = no_positive.nonzero().flatten()
-        magnitude = torch.log(weights[rows].abs()) - log_normaliser[rows]  # log 0 = −inf: a zero weight gives 0
-        magnitude = magnitude.masked_fill(~real[rows], float("inf"))
-        vectors = vectors.index_put((rows,), -torch.exp((z[rows] + magnitude.unsqueeze(-1)).amin(dim=1)))
-    return vectors
+    return _WeightedSoftmaxMax.apply(logits[:, 1:].float(), weights, attention_mask[:, 1:] != 0)
