@@ -104,7 +104,7 @@ class DhrRetriever:
         values, indices, self.cls_dims = represent(
             encode_doc, docids, slicing, lam, batch_size, "densify corpus", texts=[corpus[d] for d in docids]
         )
-        self.index = GipIndex(values, indices, docids, device=device)
+        self.index = GipIndex(values, indices, docids, device=device, open_dims=self.cls_dims)
 
     def represent_queries(self, queries: dict[str, str]) -> tuple[np.ndarray, np.ndarray]:
         """(Q, M [+ c]) values and indices of the queries, in the order of the dict."""
@@ -128,12 +128,8 @@ class DhrRetriever:
 
     @property
     def nbytes(self) -> int:
-        """Stored index size: float16 values, and uint8/uint16 positions for the DLR part only.
-
-        The [CLS] part's gate is always open, so its positions need not be stored.
-        """
-        rows, dims = self.index.values.shape
-        return rows * (2 * dims + self.slicing.index_dtype.itemsize * (dims - self.cls_dims))
+        """Stored index size: float16 values, and uint8/uint16 positions for the DLR part only."""
+        return self.index.nbytes
 
     def side(self, name: str, queries: dict[str, str], k: int) -> Run:
         """One part's own top ``k`` (evaluation's component runs)."""

@@ -41,6 +41,7 @@ class Slicing:
     strategy: str = "stride"
     seed: int = 0
     _permutation: np.ndarray | None = field(default=None, init=False, repr=False, compare=False)
+    _inverse: np.ndarray | None = field(default=None, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if self.strategy not in SLICINGS:
@@ -49,7 +50,10 @@ class Slicing:
             raise ValueError(f"need 0 <= discard < vocab_size and slices >= 1: {self}")
         if self.strategy == "random":
             permutation = np.random.default_rng(self.seed).permutation(self.kept)
+            inverse = np.full(self.slices * self.width, -1, dtype=np.int64)  # cell → j, −1 for padding cells
+            inverse[permutation] = np.arange(self.kept)
             object.__setattr__(self, "_permutation", permutation)
+            object.__setattr__(self, "_inverse", inverse)
 
     @property
     def kept(self) -> int:
@@ -83,10 +87,8 @@ class Slicing:
         """The vocabulary id at (slice, position): the inverse of :meth:`slot` (−1 for padding entries)."""
         slices, positions = np.asarray(slices, dtype=np.int64), np.asarray(positions, dtype=np.int64)
         j = slices * self.width + positions if self.strategy == "contiguous" else positions * self.slices + slices
-        if self._permutation is not None:
-            inverse = np.full(self.slices * self.width, -1, dtype=np.int64)
-            inverse[self._permutation] = np.arange(self.kept)
-            j = inverse[j]
+        if self._inverse is not None:
+            j = self._inverse[j]
         return np.where((j >= 0) & (j < self.kept), j + self.discard, -1)
 
     def order(self) -> torch.Tensor:

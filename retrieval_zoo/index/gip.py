@@ -33,6 +33,8 @@ class GipIndex:
         device: Where scoring runs (default: the GPU when present). Values are scored in float32 on the CPU and in
             float16 on a GPU.
         chunk_elements: Bound on the (queries × documents × M) gate tensor of one exact-GIP step.
+        open_dims: Trailing dimensions whose gate is always open (a DHR's [CLS] part): their positions are not
+            counted in :attr:`nbytes`, since they need not be stored.
     """
 
     def __init__(
@@ -42,6 +44,7 @@ class GipIndex:
         docids: list[str],
         device: torch.device | str | None = None,
         chunk_elements: int = 1 << 25,
+        open_dims: int = 0,
     ) -> None:
         if not (values.shape == indices.shape and values.shape[0] == len(docids)):
             raise ValueError(f"values {values.shape}, indices {indices.shape} and {len(docids)} ids disagree")
@@ -51,13 +54,14 @@ class GipIndex:
         self.indices = torch.from_numpy(indices.astype(np.int16 if indices.dtype == np.uint8 else np.int32))
         self.indices = self.indices.to(self.device)
         self.docids, self.chunk_elements = list(docids), chunk_elements
+        self.index_itemsize, self.open_dims = indices.dtype.itemsize, open_dims
         self._flat: FaissIndex | None = None
 
     @property
     def nbytes(self) -> int:
-        """Stored size: float16 values plus indices at their stored width (uint8 or uint16)."""
-        width = 1 if self.indices.dtype == torch.int16 else 2
-        return self.values.shape[0] * self.values.shape[1] * (2 + width)
+        """Stored size: float16 values, plus positions at their stored width (uint8 or uint16) for gated dims."""
+        rows, dims = self.values.shape
+        return rows * (2 * dims + self.index_itemsize * (dims - self.open_dims))
 
     def _queries(self, values: np.ndarray, indices: np.ndarray) -> tuple[torch.Tensor, torch.Tensor]:
         return (

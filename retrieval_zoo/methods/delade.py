@@ -77,8 +77,7 @@ class DeLADE(DenseBiEncoder):
             backbone, optim, pooling="cls", query_max_length=query_max_length, doc_max_length=doc_max_length,
             in_batch_negatives=in_batch_negatives, encode_batch_size=encode_batch_size, val_k=val_k, mlm_head=True,
         )  # fmt: skip
-        hidden = self.encoder.config.hidden_size if hasattr(self.encoder.config, "hidden_size") else None
-        hidden = hidden or self.encoder.config.dim  # DistilBERT names it dim
+        hidden = self.encoder.config.hidden_size  # DistilBERT's config maps hidden_size to its dim
         self.vocab_size = self.encoder.get_output_embeddings().out_features
         self.term_weight = torch.nn.Linear(hidden, 1)  # w_i = h_i·W + b (Eq. 23)
         self.cls_projection = torch.nn.Linear(hidden, cls_dim) if cls_dim > 0 else None
