@@ -74,6 +74,31 @@ def tuning_record(parameter: str, value: float, measure: str, curve: dict[float,
     return {"parameter": parameter, "value": value, "measure": measure, "curve": curve, "queries": queries}
 
 
+def tune_weight(
+    retriever: object,
+    queries: dict[str, str],
+    qrels: Qrels,
+    grid: Sequence[float],
+    measure: str,
+    parameter: str,
+    depth: int = 1000,
+) -> dict:
+    """Grid-search a hybrid retriever's fusion weight on held-out queries, set it, and return the tuning record.
+
+    Args:
+        retriever: Has ``search(queries, k, weight=...)`` and a ``weight`` attribute (the hybrid retrievers).
+        queries: The held-out queries.
+        qrels: Their judgments.
+        grid: Weights to try.
+        measure: What is maximised (a name of :data:`MEASURES`).
+        parameter: The weight's name in the record (``lambda_test``, ``lambda_sem``, ...).
+        depth: Retrieval depth of each tried run.
+    """
+    best, curve = grid_search(lambda value: retriever.search(queries, depth, weight=value), grid, qrels, measure)
+    retriever.weight = best
+    return tuning_record(parameter, best, measure, curve, len(queries))
+
+
 def format_table(results: Mapping[str, Mapping[str, float]], title: str = "system") -> str:
     """A markdown table: one row per system, one column per metric."""
     names = list(next(iter(results.values())))

@@ -108,8 +108,11 @@ class RetrievalMethod(L.LightningModule):
         return {}
 
     def component_runs(self, retriever: Retriever, queries: dict[str, str], k: int) -> dict[str, Run]:
-        """Runs of the retriever's parts, reported beside the whole (e.g. a hybrid's dense side alone)."""
-        return {}
+        """Runs of the retriever's parts, reported beside the whole.
+
+        For a hybrid, each of its ``complementarity_parts`` searched alone through the retriever's ``side``.
+        """
+        return {part: retriever.side(part, queries, k) for part in self.complementarity_parts or ()}
 
     # --- shared training ----------------------------------------------------------------------------------
     def training_step(self, batch: TrainBatch, batch_idx: int) -> torch.Tensor:

@@ -19,9 +19,8 @@ import torch
 from retrieval_zoo.backbones import Backbone
 from retrieval_zoo.data.collections import Collection
 from retrieval_zoo.data.datamodule import TrainBatch
-from retrieval_zoo.data.formats import Qrels, Run
-from retrieval_zoo.evaluation import grid_search, tuning_record
-from retrieval_zoo.index.dense import DenseRetriever
+from retrieval_zoo.data.formats import Qrels
+from retrieval_zoo.evaluation import tune_weight
 from retrieval_zoo.index.hybrid import HybridRetriever
 from retrieval_zoo.lexical.bm25 import BM25
 from retrieval_zoo.losses import check_margin_normalization, residual_hinge, residual_margin
@@ -113,19 +112,12 @@ class CLEAR(DenseBiEncoder):
 
     def tune(self, retriever: HybridRetriever, queries: dict[str, str], qrels: Qrels) -> dict:
         """Grid-search λ_test on held-out training queries by MRR@10 (§3.4; paper: 500 queries, {0, 0.1, …, 0.9})."""
-        best, curve = grid_search(
-            lambda value: retriever.search(queries, retriever.depth, weight=value), self.lambda_test_grid, qrels,
-            "MRR@10",
-        )  # fmt: skip
-        self.lambda_test = retriever.weight = best
-        return tuning_record("lambda_test", best, "MRR@10", curve, len(queries))
-
-    def component_runs(self, retriever: HybridRetriever, queries: dict[str, str], k: int) -> dict[str, Run]:
-        """BM25 alone (CLEAR's lexical part) and the embedding alone (its dense part)."""
-        return {part: retriever.side(part, queries, k) for part in ("lexical", "dense")}
+        record = tune_weight(retriever, queries, qrels, self.lambda_test_grid, "MRR@10", "lambda_test", retriever.depth)
+        self.lambda_test = record["value"]
+        return record
 
     def build_retriever(self, collection: Collection) -> HybridRetriever:
         """BM25 ∪ embedding candidates ranked by λ_test·BM25 + s_emb (Eq. 8)."""
-        dense = DenseRetriever(self, collection.corpus, self.index_factory, self.encode_batch_size)
+        dense = super().build_retriever(collection)
         bm25 = BM25(collection, self.bm25_k1, self.bm25_b)
         return HybridRetriever(bm25, dense, self.lambda_test, weighted="lexical", depth=self.retrieval_depth)

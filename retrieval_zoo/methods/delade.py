@@ -142,7 +142,3 @@ class DeLADE(DenseBiEncoder):
             self.lambda_cls, self.first_stage, self.theta, self.candidates, self.encode_batch_size,
             terms=self.tokenizer.convert_ids_to_tokens,
         )  # fmt: skip
-
-    def component_runs(self, retriever: DhrRetriever, queries: dict[str, str], k: int) -> dict:
-        """The DLR part alone and the [CLS] part alone (Table 9)."""
-        return {part: retriever.side(part, queries, k) for part in self.complementarity_parts or ()}

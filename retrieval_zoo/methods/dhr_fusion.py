@@ -133,7 +133,3 @@ class DhrFusion(RetrievalMethod):
             corpus, slicing, self.lambda_dense, self.first_stage, self.theta, self.candidates, self.encode_batch_size,
             terms=terms,
         )  # fmt: skip
-
-    def component_runs(self, retriever: DhrRetriever, queries: dict[str, str], k: int) -> dict:
-        """The DLR part alone and the dense part alone."""
-        return {part: retriever.side(part, queries, k) for part in self.complementarity_parts or ()}

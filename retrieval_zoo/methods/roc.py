@@ -23,10 +23,9 @@ from retrieval_zoo.backbones import Backbone
 from retrieval_zoo.cache import atomic_path, fingerprint
 from retrieval_zoo.data.collections import Collection
 from retrieval_zoo.data.datamodule import TrainBatch
-from retrieval_zoo.data.formats import Qrels, Run
-from retrieval_zoo.evaluation import MEASURES, grid_search, tuning_record
+from retrieval_zoo.data.formats import Qrels
+from retrieval_zoo.evaluation import MEASURES, tune_weight
 from retrieval_zoo.index.concatenated import ConcatenatedRetriever
-from retrieval_zoo.index.dense import DenseRetriever
 from retrieval_zoo.index.hybrid import HybridRetriever
 from retrieval_zoo.lexical.bm25 import BM25
 from retrieval_zoo.lexical.projection import RademacherProjection
@@ -149,7 +148,7 @@ class RoC(DenseBiEncoder):
         """One index over [d_lex ; d_sem], searched with [q_lex ; λ·q_sem] (Eq. 11), or exact BM25 + λ·[CLS]."""
         bm25 = BM25(collection, self.bm25_k1, self.bm25_b)
         if self.fusion_lexical == "exact":
-            dense = DenseRetriever(self, collection.corpus, self.index_factory, self.encode_batch_size)
+            dense = super().build_retriever(collection)
             parts = self.complementarity_parts
             return HybridRetriever(bm25, dense, self.lambda_sem, "semantic", self.retrieval_depth, parts)
         docids = list(collection.corpus)
@@ -167,14 +166,6 @@ class RoC(DenseBiEncoder):
 
     def tune(self, retriever: ConcatenatedRetriever | HybridRetriever, queries: dict[str, str], qrels: Qrels) -> dict:
         """Grid-search λ on held-out training queries (§4.1: [0, 2] by 0.1, on MAP)."""
-        best, curve = grid_search(
-            lambda value: retriever.search(queries, 1000, weight=value), self.lambda_grid, qrels, self.tune_measure
-        )
-        self.lambda_sem = retriever.weight = best
-        return tuning_record("lambda_sem", best, self.tune_measure, curve, len(queries))
-
-    def component_runs(
-        self, retriever: ConcatenatedRetriever | HybridRetriever, queries: dict[str, str], k: int
-    ) -> dict[str, Run]:
-        """The (projected or exact) BM25 part alone and the [CLS] part alone."""
-        return {part: retriever.side(part, queries, k) for part in self.complementarity_parts}
+        record = tune_weight(retriever, queries, qrels, self.lambda_grid, self.tune_measure, "lambda_sem")
+        self.lambda_sem = record["value"]
+        return record
