@@ -96,6 +96,35 @@ def test_teacher_scores_and_bm25_vectors(tiny, tiny_bm25, tmp_path) -> None:
     assert Counter(type(v) for v in batch.bm25_query_vectors) == Counter({dict: 4})
 
 
+def test_teacher_run_restricts_sampling_to_its_pairs(tiny, tiny_bm25, tmp_path, capsys) -> None:
+    """A teacher run that misses a query's positive, or all of its negatives, keeps that query out of training."""
+    from retrieval_zoo.data.formats import write_run
+
+    qids = sorted(tiny.judged_queries("train"))
+    qrels = tiny.qrels["train"]
+    bm25_run = tiny_bm25.search({q: tiny.queries["train"][q] for q in qids}, 100)
+    teacher = {q: {d: float(i) for i, d in enumerate(bm25_run[q])} for q in qids}
+    for qid in qids:  # every judged positive scored, then two queries lose coverage
+        teacher[qid].update({d: 99.0 for d, g in qrels[qid].items() if g > 0})
+    pool = negative_pool(bm25_run, qrels, 100)
+    no_pool = {q for q in qids if not pool.get(q)}  # already without negatives: not trained on under a teacher
+    no_positive, no_negative = sorted(set(qids) - no_pool)[:2]
+    teacher[no_positive] = {d: s for d, s in teacher[no_positive].items() if qrels[no_positive].get(d, 0) <= 0}
+    teacher[no_negative] = {d: 99.0 for d, g in qrels[no_negative].items() if g > 0}
+    write_run(tmp_path / "teacher.trec", teacher)
+    dm = TriplesDataModule(
+        tiny, tiny_bm25, batch_size=4, teacher_run=str(tmp_path / "teacher.trec"), needs={"teacher_scores"}, epochs=2
+    )
+    dm.setup("fit")
+    assert no_positive not in dm.train_qids and no_negative not in dm.train_qids
+    assert len(dm.train_qids) == len(qids) - 2 - len(no_pool)
+    expected = f"scores no positive of 1 and no negative of {1 + len(no_pool)} training queries (of {len(qids)})"
+    assert expected in capsys.readouterr().out
+    for batch in dm.train_dataloader():  # every sampled pair has its teacher score
+        expected = [[teacher[q][d] for d in g] for q, g in zip(batch.qids, batch.docids, strict=True)]
+        assert torch.equal(batch.teacher_scores, torch.tensor(expected))
+
+
 def test_global_batch_must_divide_by_world_size(tiny, tiny_bm25, monkeypatch) -> None:
     dm = TriplesDataModule(tiny, tiny_bm25, batch_size=5)
     dm.setup("fit")

@@ -17,7 +17,7 @@ from torch.utils.data import DataLoader, Dataset
 
 from retrieval_zoo.data.collections import Collection, check_ids
 from retrieval_zoo.data.formats import Run, read_run
-from retrieval_zoo.data.lookups import PairTable, precompute_fields
+from retrieval_zoo.data.lookups import PairTable, precompute_fields, restrict_to_teacher
 from retrieval_zoo.data.negatives import GroupSampling, ShardedEpochSampler, negative_pool
 from retrieval_zoo.lexical.bm25 import BM25
 
@@ -75,7 +75,8 @@ class TriplesDataModule(L.LightningDataModule):
         negatives_run: A TREC run file to draw negatives from; None = BM25's top ``negative_depth``.
         negative_depth: Depth of the pool taken from the run.
         random_negatives: Draw negatives uniformly from the corpus (ablation).
-        teacher_run: A run file with teacher scores for every sampled pair (needed for ``teacher_scores``).
+        teacher_run: A run file of teacher scores (needed for ``teacher_scores``). Only pairs it scores are sampled;
+            a query without a scored positive and a scored negative is not trained on (both counts are printed).
         needs: Batch fields the method needs (a subset of :data:`FIELDS`).
         seed: Seed of the per-(qid, epoch) sampling.
         epochs: Epochs whose groups are precomputed for random negatives' BM25 scores (None: trainer's max).
@@ -131,9 +132,16 @@ class TriplesDataModule(L.LightningDataModule):
             print(f"[data] {unjudged:,} {split} queries have no relevant document and are not trained on")
         run = self._read_checked(self.negatives_run) or self.bm25.search(queries, self.negative_depth)
         positives = {q: sorted(d for d, g in qrels[q].items() if g > 0) for q in self.train_qids}
+        pool = negative_pool(run, qrels, self.negative_depth)
+        teacher = self._read_checked(self.teacher_run) if "teacher_scores" in self.needs else None
+        if teacher is not None:
+            if self.random_negatives:
+                raise ValueError(f"data.random_negatives draws pairs the teacher run {self.teacher_run} never scored")
+            positives, pool = restrict_to_teacher(self.teacher_run, teacher, positives, pool)
+            self.train_qids = sorted(positives)
         self.sampling = GroupSampling(
             positives=positives,
-            pool=negative_pool(run, qrels, self.negative_depth),
+            pool=pool,
             corpus_ids=list(self.collection.corpus),
             n_negatives=self.n_negatives,
             seed=self.seed,
@@ -149,7 +157,7 @@ class TriplesDataModule(L.LightningDataModule):
         self.tables = precompute_fields(
             self.needs, self.bm25, queries, self.sampling, self.train_qids, epochs,
             None if self.negatives_run else run,
-            self._read_checked(self.teacher_run),
+            teacher,
         )  # fmt: skip
         val_queries = self.collection.judged_queries(self.val_split)
         self.val_qids = sorted(val_queries)[: self.val_queries] if self.val_queries else sorted(val_queries)

@@ -86,3 +86,45 @@ def precompute_fields(
         tables["doc_weights"] = dict(zip(docids, saturation, strict=True))
         tables["query_idf"] = dict(zip(qids, bm25.query_idf([queries[q] for q in qids]), strict=True))
     return tables
+
+
+def restrict_to_teacher(
+    path: str, teacher: Run, positives: dict[str, list[str]], pool: dict[str, list[str]]
+) -> tuple[dict[str, list[str]], dict[str, list[str]]]:
+    """Keep only the pairs a teacher run scores, so that every sampled group has teacher scores.
+
+    A cross-encoder's run, or another model's, scores only the candidates it was given: positives outside them
+    and pool documents it never saw have no teacher score. Such pairs are not sampled, and a query left without
+    a scored positive or a scored negative is not trained on. Both counts are printed, naming the run.
+
+    Args:
+        path: The teacher run's file (named in the messages).
+        teacher: qid → {docid: teacher score}.
+        positives: qid → judged relevant docids of the training queries.
+        pool: qid → negative candidates.
+
+    Returns:
+        The positives and pool of the queries that keep at least one scored positive and one scored negative.
+    """
+    kept_positives, kept_pool, dropped_pairs, no_positive, no_negative = {}, {}, 0, 0, 0
+    for qid, docs in positives.items():
+        scored = teacher.get(qid, {})
+        scored_positives = [d for d in docs if d in scored]
+        scored_pool = [d for d in pool.get(qid, []) if d in scored]
+        dropped_pairs += len(pool.get(qid, [])) - len(scored_pool)
+        if not scored_positives:
+            no_positive += 1
+        elif not scored_pool:
+            no_negative += 1
+        else:
+            kept_positives[qid], kept_pool[qid] = scored_positives, scored_pool
+    if dropped_pairs:
+        print(f"[data] teacher run {path} does not score {dropped_pairs:,} pool negatives; they are not sampled")
+    if no_positive or no_negative:
+        print(
+            f"[data] teacher run {path} scores no positive of {no_positive:,} and no negative of {no_negative:,} "
+            f"training queries (of {len(positives):,}); they are not trained on"
+        )
+    if not kept_positives:
+        raise ValueError(f"teacher run {path} scores no (positive, negative) pair of any training query")
+    return kept_positives, kept_pool
