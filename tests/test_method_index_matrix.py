@@ -10,6 +10,7 @@ from retrieval_zoo.index.concatenated import ConcatenatedRetriever
 from retrieval_zoo.index.dense import DenseRetriever, FaissIndex
 from retrieval_zoo.index.dhr import DhrRetriever
 from retrieval_zoo.index.hybrid import HybridRetriever
+from retrieval_zoo.index.sparse import SparseRetriever
 from retrieval_zoo.lexical.bm25 import BM25
 from retrieval_zoo.methods.bm25 import BM25Method
 from retrieval_zoo.methods.clear import CLEAR
@@ -30,7 +31,7 @@ METHODS = [
     "dlr_bm25",
     "dlr_splade",
 ]
-INDEXES = ["lucene", "faiss_flat", "faiss_hnsw", "union", "concatenated", "gip"]
+INDEXES = ["lucene", "faiss_flat", "faiss_hnsw", "union", "concatenated", "gip", "sparse"]
 APPLIES = {
     "bm25": {"lucene"},
     "dense_mean": {"faiss_flat", "faiss_hnsw"},
@@ -38,26 +39,34 @@ APPLIES = {
     "clear": {"faiss_flat", "faiss_hnsw", "union"},  # its embedding alone, or BM25 ∪ embedding
     "roc": {"faiss_flat", "faiss_hnsw", "concatenated"},  # its [CLS] part alone, or [projected BM25 ; [CLS]] exactly
     "roc_exact": {"faiss_flat", "faiss_hnsw", "union"},  # its [CLS] part alone, or exact BM25 ∪ [CLS] (naive sum)
-    # the full |V| (+ [CLS]) vectors by inner product (the paper's FlatIP), or densified and searched by GIP
-    "delade": {"faiss_flat", "faiss_hnsw", "gip"},
-    "delade_cls": {"faiss_flat", "faiss_hnsw", "gip"},
-    "dlr_bm25": {"gip"},  # off-the-shelf term vectors densified: no single dense vector to hand to faiss
-    "dlr_splade": {"gip"},
+    # the full |V| (+ [CLS]) vectors by inner product (faiss, the paper's FlatIP, or one sparse matrix with
+    # slices=0), or densified and searched by GIP
+    "delade": {"faiss_flat", "faiss_hnsw", "gip", "sparse"},
+    "delade_cls": {"faiss_flat", "faiss_hnsw", "gip", "sparse"},
+    "dlr_bm25": {"gip", "sparse"},  # off-the-shelf term vectors: no single dense vector to hand to faiss
+    "dlr_splade": {"gip", "sparse"},
 }
-RETRIEVERS = {"lucene": BM25, "union": HybridRetriever, "concatenated": ConcatenatedRetriever, "gip": DhrRetriever}
+RETRIEVERS = {
+    "lucene": BM25,
+    "union": HybridRetriever,
+    "concatenated": ConcatenatedRetriever,
+    "gip": DhrRetriever,
+    "sparse": SparseRetriever,
+}
 
 
-def make(method: str):
+def make(method: str, index: str = "gip"):
+    slices = 0 if index == "sparse" else 128
     if method == "bm25":
         return BM25Method(threads=2)
     if method == "clear":
         return CLEAR(TinyRandomBackbone(hidden_size=32), encode_batch_size=64, retrieval_depth=20).eval()
     if method.startswith("dlr"):
         lexical = method.split("_")[1]
-        return DhrFusion(lexical, backbone=TinyRandomBackbone(hidden_size=32), slices=128, max_length=16).eval()
+        return DhrFusion(lexical, backbone=TinyRandomBackbone(hidden_size=32), slices=slices, max_length=16).eval()
     if method.startswith("delade"):
         cls_dim = 8 if method == "delade_cls" else 0
-        return DeLADE(TinyRandomBackbone(hidden_size=32), cls_dim=cls_dim, slices=128, doc_max_length=16).eval()
+        return DeLADE(TinyRandomBackbone(hidden_size=32), cls_dim=cls_dim, slices=slices, doc_max_length=16).eval()
     if method.startswith("roc"):
         fusion = "exact" if method == "roc_exact" else "projected"
         return RoC(TinyRandomBackbone(hidden_size=32), fusion_lexical=fusion, encode_batch_size=64).eval()
@@ -70,7 +79,7 @@ def make(method: str):
 def test_method_index(method: str, index: str, tiny) -> None:
     if index not in APPLIES[method]:
         pytest.skip(f"{method} has no {index} representation")
-    model = make(method)
+    model = make(method, index)
     queries = dict(list(tiny.judged_queries("dev").items())[:10])
     if index in RETRIEVERS:
         retriever = model.build_retriever(tiny)

@@ -18,6 +18,7 @@ from retrieval_zoo.data.collections import Collection
 from retrieval_zoo.data.datamodule import TrainBatch
 from retrieval_zoo.index.dhr import DhrRetriever
 from retrieval_zoo.index.dlr import Slicing
+from retrieval_zoo.index.sparse import SparseRetriever, lexical_retriever
 from retrieval_zoo.lexical.delade import delade_vectors
 from retrieval_zoo.losses import kl_distillation
 from retrieval_zoo.methods.base import Optim
@@ -39,7 +40,7 @@ class DeLADE(DenseBiEncoder):
         kd_lexical_weight: Weight of the same KL on the lexical score alone (the reference code's optional term).
         kd_semantic_weight: Weight of the same KL on the [CLS] score alone.
         freeze_word_embeddings: Freeze the word embeddings (and the tied MLM decoder), as the reference code does.
-        slices: M, the DLR dimension (768, 256 or 128).
+        slices: M, the DLR dimension (768, 256 or 128); 0 searches the exact sparse vectors instead (the reference).
         slicing: ``stride`` (default), ``contiguous`` or ``random`` (Table 6).
         discard: Leading vocabulary ids dropped before slicing (570 for BERT's vocabulary).
         first_stage: ``approximate_gip`` (Eq. 18), ``inner_product``, or null for exact GIP over the corpus.
@@ -89,7 +90,9 @@ class DeLADE(DenseBiEncoder):
         self.needs = frozenset({"teacher_scores"}) if any(w > 0 for w in self.kd_weights.values()) else frozenset()
         if freeze_word_embeddings:
             self.encoder.get_input_embeddings().weight.requires_grad_(False)
-        self.slicing = Slicing(self.vocab_size, slices, discard, slicing)
+        if slices:  # fail at construction on a bad slicing, not at the first validation
+            Slicing(self.vocab_size, slices, discard, slicing)
+        self.slices, self.slicing, self.discard = slices, slicing, discard
         self.first_stage, self.theta, self.candidates = first_stage, theta, candidates
 
     def encode_parts(self, ids: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
@@ -128,8 +131,8 @@ class DeLADE(DenseBiEncoder):
             diagnostics["score/semantic_positive"] = group_scores["kd_semantic"][:, 0].detach()
         return losses, diagnostics
 
-    def build_retriever(self, collection: Collection) -> DhrRetriever:
-        """Densify the corpus into DLRs (DeLADE) or DHRs (DeLADE+[CLS]) searched by GIP."""
+    def build_retriever(self, collection: Collection) -> DhrRetriever | SparseRetriever:
+        """Densify the corpus into DLRs (DeLADE) or DHRs (DeLADE+[CLS]) searched by GIP; ``slices=0``: exact sparse."""
 
         def encode_query(texts: list[str]) -> tuple[torch.Tensor, torch.Tensor | None]:
             return self.encode_parts(*self._tokenize(texts, self.query_max_length))
@@ -137,8 +140,8 @@ class DeLADE(DenseBiEncoder):
         def encode_doc(docids: list[str]) -> tuple[torch.Tensor, torch.Tensor | None]:
             return self.encode_parts(*self._tokenize([collection.corpus[d] for d in docids], self.doc_max_length))
 
-        return DhrRetriever(
-            encode_query, encode_doc, collection.corpus, self.slicing,
+        return lexical_retriever(
+            encode_query, encode_doc, collection.corpus, self.vocab_size, self.slices, self.slicing, self.discard,
             self.lambda_cls, self.first_stage, self.theta, self.candidates, self.encode_batch_size,
             terms=self.tokenizer.convert_ids_to_tokens,
         )  # fmt: skip

@@ -16,7 +16,7 @@ import torch
 from retrieval_zoo.backbones import Backbone
 from retrieval_zoo.data.collections import Collection
 from retrieval_zoo.index.dhr import DhrRetriever
-from retrieval_zoo.index.dlr import Slicing
+from retrieval_zoo.index.sparse import SparseRetriever, lexical_retriever
 from retrieval_zoo.lexical.bm25 import BM25
 from retrieval_zoo.lexical.splade import splade_vectors
 from retrieval_zoo.methods.base import RetrievalMethod
@@ -45,7 +45,7 @@ class DhrFusion(RetrievalMethod):
         lambda_dense: λ of Eq. 13–14.
         bm25_k1: BM25's k1.
         bm25_b: BM25's b.
-        slices: M, the DLR dimension.
+        slices: M, the DLR dimension; 0 searches the exact sparse vectors instead (the reference).
         slicing: ``stride``, ``contiguous`` or ``random``.
         discard: Leading vocabulary ids dropped (570 for BERT's vocabulary; BM25's ids are the sorted vocabulary).
         first_stage: ``approximate_gip``, ``inner_product`` or null (exact GIP).
@@ -88,7 +88,7 @@ class DhrFusion(RetrievalMethod):
         if lexical == "splade":
             self.tokenizer, self.mlm = backbone.load_tokenizer(), backbone.load_model(mlm_head=True).eval()
         self.bm25_k1, self.bm25_b = bm25_k1, bm25_b
-        self.slicing_args = {"slices": slices, "discard": discard, "strategy": slicing}
+        self.slices, self.slicing, self.discard = slices, slicing, discard
         self.first_stage, self.theta, self.candidates = first_stage, theta, candidates
         self.encode_batch_size, self.max_length = encode_batch_size, max_length
 
@@ -97,8 +97,8 @@ class DhrFusion(RetrievalMethod):
             return None
         return (self.dense.encode_query if query else self.dense.encode_doc)(texts)
 
-    def build_retriever(self, collection: Collection) -> DhrRetriever:
-        """Densify the corpus's lexical vectors (and join the dense ones) into a GIP index."""
+    def build_retriever(self, collection: Collection) -> DhrRetriever | SparseRetriever:
+        """Densify the corpus's lexical vectors (and join the dense ones) into a GIP index; ``slices=0``: exact."""
         corpus = collection.corpus
         if self.lexical == "bm25":
             bm25 = BM25(collection, self.bm25_k1, self.bm25_b)
@@ -126,10 +126,9 @@ class DhrFusion(RetrievalMethod):
 
             vocab_size = self.mlm.get_output_embeddings().out_features
             terms = self.tokenizer.convert_ids_to_tokens
-        slicing = Slicing(vocab_size, **self.slicing_args)
-        return DhrRetriever(
+        return lexical_retriever(
             lambda texts: (lexical_queries(texts), self._semantic(texts, query=True)),
             lambda ids: (lexical_docs(ids), self._semantic([corpus[d] for d in ids], query=False)),
-            corpus, slicing, self.lambda_dense, self.first_stage, self.theta, self.candidates, self.encode_batch_size,
-            terms=terms,
+            corpus, vocab_size, self.slices, self.slicing, self.discard, self.lambda_dense, self.first_stage,
+            self.theta, self.candidates, self.encode_batch_size, terms=terms,
         )  # fmt: skip

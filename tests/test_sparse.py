@@ -1,0 +1,71 @@
+import pytest
+import torch
+
+from retrieval_zoo.backbones import TinyRandomBackbone
+from retrieval_zoo.index.sparse import SparseRetriever
+from retrieval_zoo.methods.delade import DeLADE
+from retrieval_zoo.methods.dense import DenseBiEncoder
+from retrieval_zoo.methods.dhr_fusion import DhrFusion
+
+LEXICAL = {  # text → (|V| = 5 lexical vector, 2-d [CLS] vector)
+    "q1": ([9.0, 1.0, 0.0, 2.0, 0.0], [1.0, 0.0]),
+    "q2": ([0.0, 0.0, 1.0, 0.0, 3.0], [0.0, 1.0]),
+    "d1": ([5.0, 2.0, 0.0, 1.0, 0.0], [1.0, 1.0]),
+    "d2": ([0.0, 0.0, 4.0, 0.0, 0.5], [2.0, 0.0]),
+    "d3": ([0.0, 3.0, 0.0, 0.0, 1.0], [0.0, 0.0]),
+}
+
+
+def encode(texts: list[str]) -> tuple[torch.Tensor, torch.Tensor]:
+    return torch.tensor([LEXICAL[t][0] for t in texts]), torch.tensor([LEXICAL[t][1] for t in texts])
+
+
+def test_sparse_search_by_hand() -> None:
+    corpus = {"a": "d1", "b": "d2", "c": "d3"}
+    retriever = SparseRetriever(encode, lambda ids: encode([corpus[d] for d in ids]), corpus, lam=0.5, discard=1,
+                                batch_size=2)  # fmt: skip
+    run = retriever.search({"x": "q1", "y": "q2"}, 3)
+    # id 0 is discarded. q1: a = 1·2 + 2·1 + 0.5·1 = 4.5, b = 0.5·2 = 1, c = 1·3 = 3; q2: a = 0.5, b = 4 + 1.5 = 5.5,
+    # c = 3.
+    assert run["x"] == pytest.approx({"a": 4.5, "c": 3.0, "b": 1.0})
+    assert list(run["x"]) == ["a", "c", "b"]
+    assert run["y"] == pytest.approx({"b": 5.5, "c": 3.0, "a": 0.5})
+    assert retriever.side("semantic", {"x": "q1"}, 2)["x"] == pytest.approx({"a": 0.5, "b": 1.0})
+    assert retriever.side("lexical", {"x": "q1"}, 1)["x"] == pytest.approx({"a": 4.0})
+    # 6 non-zeros once id 0 is discarded (float32 values, int64 ids), 4 row offsets, 3 x 2 float32 [CLS] values.
+    assert retriever.nbytes == 6 * 12 + 4 * 8 + 6 * 4
+
+
+def test_bm25_sparse_vectors_score_exactly_bm25(tiny, tiny_bm25) -> None:
+    retriever = DhrFusion(lexical="bm25", slices=0).eval().build_retriever(tiny)
+    assert isinstance(retriever, SparseRetriever)
+    queries = dict(list(tiny.judged_queries("dev").items())[:5])
+    run, lucene = retriever.search(queries, 10), tiny_bm25.search(queries, 10)
+    for qid in queries:  # BM25 as the inner product of IDF and TF-saturation vectors (RoC Eq. 3)
+        top = list(run[qid])[0]
+        assert run[qid][top] == pytest.approx(lucene[qid][top], rel=1e-3)
+        assert run[qid][top] == pytest.approx(max(lucene[qid].values()), rel=1e-3)
+
+
+def test_slices_zero_gives_the_exact_fused_training_score(tiny) -> None:
+    model = DeLADE(TinyRandomBackbone(hidden_size=32), cls_dim=8, lambda_cls=2.0, slices=0, discard=0,
+                   doc_max_length=16).eval()  # fmt: skip
+    retriever = model.build_retriever(tiny)
+    queries = dict(list(tiny.judged_queries("dev").items())[:2])
+    run = retriever.search(queries, 3)
+    with torch.inference_mode():
+        q = model.encode_query(list(queries.values()))
+        for row, qid in enumerate(queries):
+            docids = list(run[qid])
+            d = model.encode_doc([tiny.corpus[x] for x in docids])
+            assert list(run[qid].values()) == pytest.approx((d @ q[row]).tolist(), rel=1e-4)
+
+
+def test_dense_part_joins_the_exact_sparse_bm25(tiny) -> None:
+    dense = DenseBiEncoder(TinyRandomBackbone(hidden_size=32), pooling="mean", doc_max_length=32)
+    retriever = DhrFusion(lexical="bm25", dense=dense, lambda_dense=4.0, slices=0).eval().build_retriever(tiny)
+    queries = dict(list(tiny.judged_queries("dev").items())[:3])
+    fused, lexical, semantic = (retriever.search(queries, 400, part=p) for p in (None, "lexical", "semantic"))
+    for qid, docs in fused.items():
+        for docid in list(docs)[:10]:
+            assert docs[docid] == pytest.approx(lexical[qid][docid] + semantic[qid][docid], abs=1e-3)
