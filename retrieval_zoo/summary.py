@@ -6,7 +6,7 @@ Every directory holding a ``results.json`` (a ``train.py`` or ``evaluate.py`` jo
 Runs are grouped by their command-line overrides with ``seed`` left out, so the seeds of one configuration form one
 group whatever sweep they came from. An ``evaluate.py run_dir=X`` job takes the overrides X was trained with, plus
 its own. Each group prints one Markdown row per system (std over seeds, n − 1 in the denominator), with the
-complementarity (RoC Eq. 1) and the tuned fusion weight where the runs have them.
+complementarity (RoC Eq. 1), the tuned fusion weight and the index size (MiB) where the runs have them.
 """
 
 from __future__ import annotations
@@ -59,7 +59,7 @@ def summarise(jobs: Iterable[Path], measures: list[str]) -> str:
     groups: dict[str, list[dict]] = {}
     for job in sorted(jobs):
         groups.setdefault(group_key(job), []).append(json.loads((job / "results.json").read_text()))
-    header = ["configuration", "system", "seeds", *measures, "RoC", "tuned weight"]
+    header = ["configuration", "system", "seeds", *measures, "RoC", "tuned weight", "index MiB"]
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for key, results in groups.items():
         systems = [s for s in results[0]["metrics"] if all(s in r["metrics"] for r in results)]
@@ -71,7 +71,9 @@ def summarise(jobs: Iterable[Path], measures: list[str]) -> str:
                 r["complementarity"]["RoC"] for r in results if (r.get("complementarity") or {}).get("RoC") is not None
             ]
             weight = [r["tuning"]["value"] for r in results if r.get("tuning")]
+            size = [r["index_bytes"] / 2**20 for r in results if r.get("index_bytes")]
             row += [mean_std(roc, 3) if fused and roc else "", mean_std(weight, 2) if fused and weight else ""]
+            row += [mean_std(size, 1) if fused and size else ""]
             lines.append("| " + " | ".join(row) + " |")
     return "\n".join(lines)
 

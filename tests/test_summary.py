@@ -6,7 +6,9 @@ import pytest
 from retrieval_zoo.summary import group_key, main
 
 
-def job(path: Path, overrides: list[str], mrr: float, roc: float | None = None, weight: float | None = None) -> Path:
+def job(
+    path: Path, overrides: list[str], mrr: float, roc: float | None = None, weight: float | None = None, size: int = 0
+) -> Path:
     (path / ".hydra").mkdir(parents=True)
     (path / ".hydra" / "overrides.yaml").write_text("".join(f"- {o}\n" for o in overrides))
     results = {
@@ -14,6 +16,7 @@ def job(path: Path, overrides: list[str], mrr: float, roc: float | None = None, 
         "metrics": {"BM25": {"MRR@10": 0.5}, "roc": {"MRR@10": mrr}, "roc (lexical)": {"MRR@10": 0.25}},
         "complementarity": {"RoC": roc} if roc is not None else {},
         "tuning": {"value": weight} if weight is not None else None,
+        **({"index_bytes": size} if size else {}),
     }
     (path / "results.json").write_text(json.dumps(results))
     return path
@@ -22,14 +25,14 @@ def job(path: Path, overrides: list[str], mrr: float, roc: float | None = None, 
 def test_seeds_of_one_configuration_form_one_row(tmp_path, capsys) -> None:
     job(tmp_path / "a" / "0", ["method=roc", "experiment=roc_e", "seed=1", "logger=csv"], 0.6, roc=0.3, weight=1.0)
     job(tmp_path / "b" / "0", ["method=roc", "seed=2", "experiment=roc_e"], 0.8, roc=0.0, weight=2.0)
-    job(tmp_path / "a" / "1", ["method=roc", "experiment=roc_i", "seed=1"], 0.7)
+    job(tmp_path / "a" / "1", ["method=roc", "experiment=roc_i", "seed=1"], 0.7, size=3 * 2**19)
     main([str(tmp_path / "a"), str(tmp_path / "b"), "--measures", "MRR@10"])
     rows = [line.split(" | ") for line in capsys.readouterr().out.splitlines()[2:]]
     by = {(r[0].lstrip("| "), r[1]): r[2:] for r in rows}
     # mean 0.7, sample std sqrt(((0.6-0.7)^2 + (0.8-0.7)^2) / 1) = 0.1414; RoC 0.15 ± 0.212; weight 1.5 ± 0.71
-    assert by[("experiment=roc_e method=roc", "roc")] == ["2", "0.7000 ± 0.1414", "0.150 ± 0.212", "1.50 ± 0.71 |"]
-    assert by[("experiment=roc_e method=roc", "roc (lexical)")] == ["2", "0.2500 ± 0.0000", "", " |"]
-    assert by[("experiment=roc_i method=roc", "roc")] == ["1", "0.7000", "", " |"]
+    assert by[("experiment=roc_e method=roc", "roc")] == ["2", "0.7000 ± 0.1414", "0.150 ± 0.212", "1.50 ± 0.71", " |"]
+    assert by[("experiment=roc_e method=roc", "roc (lexical)")] == ["2", "0.2500 ± 0.0000", "", "", " |"]
+    assert by[("experiment=roc_i method=roc", "roc")] == ["1", "0.7000", "", "", "1.5 |"]  # 1.5 MiB
 
 
 def test_an_evaluate_job_takes_the_overrides_of_the_run_it_evaluated(tmp_path) -> None:
