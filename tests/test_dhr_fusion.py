@@ -60,6 +60,10 @@ def test_evaluation_explains_what_the_dlr_matched(tiny, tiny_bm25, tmp_path) -> 
     model = DhrFusion(lexical="bm25", slices=256, first_stage=None).eval()
     summary = evaluate_method(model, tiny, tiny_bm25, "dev", 20, tmp_path, "dlr_bm25", explain=2)
     assert summary["index_bytes"] == len(tiny.corpus) * 256 * (2 + 1)
+    # open slices per document: at most one per distinct term, and at most M
+    bm25 = tiny_bm25.document_term_weights(list(tiny.corpus), saturation_only=True)
+    terms = sum(len(bag) for bag in bm25) / len(bm25)
+    assert 0.9 * terms <= summary["lexical_nonzero_per_doc"] <= min(terms, 256)
     records = [json.loads(line) for line in (tmp_path / "explain.dev.jsonl").read_text().splitlines()]
     assert len(records) == 6 and {r["qid"] for r in records} == set(list(tiny.judged_queries("dev"))[:2])
     for record in records:  # no [CLS] part: the score is the DLR's GIP, the sum of the matched products

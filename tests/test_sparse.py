@@ -34,6 +34,7 @@ def test_sparse_search_by_hand() -> None:
     assert retriever.side("lexical", {"x": "q1"}, 1)["x"] == pytest.approx({"a": 4.0})
     # 6 non-zeros once id 0 is discarded (float32 values, int64 ids), 4 row offsets, 3 x 2 float32 [CLS] values.
     assert retriever.nbytes == 6 * 12 + 4 * 8 + 6 * 4
+    assert retriever.lexical_nonzero == 2.0
 
 
 def test_bm25_sparse_vectors_score_exactly_bm25(tiny, tiny_bm25) -> None:

@@ -131,6 +131,12 @@ class DhrRetriever:
         """Stored index size: float16 values, and uint8/uint16 positions for the DLR part only."""
         return self.index.nbytes
 
+    @property
+    def lexical_nonzero(self) -> float:
+        """Mean non-zero DLR slices per document (Table 6's "# tokens/doc"; at most M)."""
+        split = self.index.values.shape[1] - self.cls_dims
+        return (self.index.values[:, :split] != 0).sum(dim=1).float().mean().item()
+
     def side(self, name: str, queries: dict[str, str], k: int) -> Run:
         """One part's own top ``k`` (evaluation's component runs)."""
         return self.search(queries, k, part=name)

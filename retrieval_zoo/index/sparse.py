@@ -96,6 +96,11 @@ class SparseRetriever:
                                                             self.docs.crow_indices()))  # fmt: skip
         return sparse + (self.cls.numel() * self.cls.element_size() if self.cls is not None else 0)
 
+    @property
+    def lexical_nonzero(self) -> float:
+        """Mean non-zero vocabulary terms per document."""
+        return self.docs.values().numel() / len(self.docids)
+
     @torch.inference_mode()
     def search(self, queries: dict[str, str], k: int, part: str | None = None) -> Run:
         """Top ``k`` by the exact fused score, or by one ``part`` alone (``lexical`` or ``semantic``)."""
