@@ -32,8 +32,8 @@ def test_sparse_search_by_hand() -> None:
     assert run["y"] == pytest.approx({"b": 5.5, "c": 3.0, "a": 0.5})
     assert retriever.side("semantic", {"x": "q1"}, 2)["x"] == pytest.approx({"a": 0.5, "b": 1.0})
     assert retriever.side("lexical", {"x": "q1"}, 1)["x"] == pytest.approx({"a": 4.0})
-    # 6 non-zeros once id 0 is discarded (float32 values, int64 ids), 4 row offsets, 3 x 2 float32 [CLS] values.
-    assert retriever.nbytes == 6 * 12 + 4 * 8 + 6 * 4
+    # 6 non-zeros once id 0 is discarded (float32 values, int32 ids), 4 int32 row offsets, 3 x 2 float32 [CLS].
+    assert retriever.nbytes == 6 * 8 + 4 * 4 + 6 * 4
     assert retriever.lexical_nonzero == 2.0
 
 
@@ -52,6 +52,9 @@ def test_slices_zero_gives_the_exact_fused_training_score(tiny) -> None:
     model = DeLADE(TinyRandomBackbone(hidden_size=32), cls_dim=8, lambda_cls=2.0, slices=0, discard=0,
                    doc_max_length=16).eval()  # fmt: skip
     retriever = model.build_retriever(tiny)
+    # DeLADE's softmax vectors are dense: stored as a dense float32 matrix, smaller than CSR at this density
+    assert retriever.docs.layout == torch.strided and retriever.lexical_nonzero == model.vocab_size
+    assert retriever.nbytes == len(tiny.corpus) * (model.vocab_size + 8) * 4
     queries = dict(list(tiny.judged_queries("dev").items())[:2])
     run = retriever.search(queries, 3)
     with torch.inference_mode():

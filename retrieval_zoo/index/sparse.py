@@ -10,7 +10,7 @@ optional [CLS] part added as λ·<q_cls, d_cls>: the exact fused score the model
 from __future__ import annotations
 
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 import torch
 from tqdm import tqdm
@@ -21,37 +21,50 @@ from retrieval_zoo.index.dlr import Slicing
 from retrieval_zoo.index.gip import default_device
 from retrieval_zoo.methods.encoding import length_sorted_batches
 
+# torch warns that sparse CSR support is in beta; building a CSR matrix and multiplying it by a dense one is all
+# that is used here, and both are covered by tests.
+warnings.filterwarnings("ignore", message="Sparse CSR tensor support is in beta", category=UserWarning)
 
-@torch.inference_mode()
-def encode_sparse(
-    encode: PartEncoder, items: list[str], discard: int, batch_size: int, desc: str, texts: list[str] | None = None
-) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """(n, |V|) sparse CSR lexical vectors (ids below ``discard`` zeroed) and (n, c) [CLS] vectors or None."""
-    rows, cols, vals, cls_parts, order = [], [], [], [], []
-    vocab_size = 0
+
+def encoded_batches(
+    encode: PartEncoder, items: list[str], discard: int, batch_size: int, desc: str, texts: list[str] | None
+) -> Iterator[tuple[list[int], torch.Tensor, torch.Tensor | None]]:
+    """(item positions, (n, |V|) float32 lexical vectors with ids below ``discard`` zeroed, [CLS] or None) per batch."""
     for batch in tqdm(length_sorted_batches(texts if texts is not None else items, batch_size), desc=desc,
                       unit="batch", leave=False, mininterval=5):  # fmt: skip
         lexical, cls = encode([items[i] for i in batch])
         lexical = lexical.float().cpu()
         lexical[:, :discard] = 0
+        yield batch, lexical, cls.float().cpu() if cls is not None else None
+
+
+@torch.inference_mode()
+def encode_corpus(
+    encode: PartEncoder, items: list[str], discard: int, batch_size: int, texts: list[str]
+) -> tuple[torch.Tensor, torch.Tensor | None, list[int]]:
+    """The corpus's lexical vectors as one matrix, its [CLS] vectors or None, and the item behind each row.
+
+    The matrix is sparse CSR (float32 values, int32 term ids and row offsets) or dense float32, whichever is smaller:
+    SPLADE and BM25 vectors are sparse, DeLADE's softmax vectors (Eq. 23) are not. Rows follow the length-sorted
+    encoding order, so no batch is copied to reorder it.
+    """
+    offsets, cols, vals, cls_parts, order, nonzeros, vocab_size = [], [], [], [], [], 0, 0
+    for batch, lexical, cls in encoded_batches(encode, items, discard, batch_size, "encode corpus (exact)", texts):
+        csr = lexical.to_sparse_csr()
+        offsets.append((csr.crow_indices()[1:] + nonzeros).to(torch.int32))
+        cols.append(csr.col_indices().to(torch.int32))
+        vals.append(csr.values())
+        nonzeros += csr.values().numel()
         vocab_size = lexical.shape[1]
-        nonzero = lexical.nonzero(as_tuple=True)
-        rows.append(torch.tensor(batch)[nonzero[0]])
-        cols.append(nonzero[1])
-        vals.append(lexical[nonzero])
         order.extend(batch)
         if cls is not None:
-            cls_parts.append(cls.float().cpu())
-    size = (len(items), vocab_size)
-    ids = torch.stack([torch.cat(rows), torch.cat(cols)])
-    matrix = torch.sparse_coo_tensor(ids, torch.cat(vals), size, check_invariants=True)
-    cls_matrix = None
-    if cls_parts:
-        cls_matrix = torch.empty(len(items), cls_parts[0].shape[1])
-        cls_matrix[torch.tensor(order)] = torch.cat(cls_parts)
-    with warnings.catch_warnings():  # "sparse CSR support is in beta": sparse @ dense is all that is used
-        warnings.simplefilter("ignore", UserWarning)
-        return matrix.coalesce().to_sparse_csr(), cls_matrix
+            cls_parts.append(cls)
+    offsets.insert(0, torch.zeros(1, dtype=torch.int32))
+    matrix = torch.sparse_csr_tensor(torch.cat(offsets), torch.cat(cols), torch.cat(vals), (len(items), vocab_size),
+                                     check_invariants=False)  # fmt: skip
+    if nonzeros * 8 >= len(items) * vocab_size * 4:  # denser than one half: a dense matrix is smaller
+        matrix = matrix.to_dense()
+    return matrix, torch.cat(cls_parts) if cls_parts else None, order
 
 
 class SparseRetriever:
@@ -65,7 +78,6 @@ class SparseRetriever:
         discard: Leading vocabulary ids zeroed, as the DLR drops them.
         batch_size: Texts per forward pass, and queries scored together.
         device: Where scoring runs (default: the GPU when present).
-        terms: Vocabulary ids → their strings, for :meth:`explain`.
     """
 
     parts = ("lexical", "semantic")
@@ -79,37 +91,41 @@ class SparseRetriever:
         discard: int = 0,
         batch_size: int = 128,
         device: torch.device | str | None = None,
-        terms: Callable[[list[int]], list[str]] | None = None,
     ) -> None:
         self.encode_query, self.lam, self.discard, self.batch_size = encode_query, lam, discard, batch_size
-        self.terms = terms or (lambda ids: [str(i) for i in ids])
         self.device = torch.device(device) if device is not None else default_device()
-        self.docids = list(corpus)
-        docs, cls = encode_sparse(encode_doc, self.docids, discard, batch_size, "encode corpus (sparse)",
-                                  [corpus[d] for d in self.docids])  # fmt: skip
+        items = list(corpus)
+        docs, cls, order = encode_corpus(encode_doc, items, discard, batch_size, [corpus[d] for d in items])
+        self.docids = [items[i] for i in order]
         self.docs, self.cls = docs.to(self.device), cls.to(self.device) if cls is not None else None
 
     @property
     def nbytes(self) -> int:
-        """Stored size: float32 values, int64 term ids and row offsets, and the float32 [CLS] part."""
-        sparse = sum(t.numel() * t.element_size() for t in (self.docs.values(), self.docs.col_indices(),
-                                                            self.docs.crow_indices()))  # fmt: skip
-        return sparse + (self.cls.numel() * self.cls.element_size() if self.cls is not None else 0)
+        """Stored size: the lexical matrix (CSR: float32 values, int32 ids and offsets; or dense float32) and [CLS]."""
+        parts = [self.docs] if self.docs.layout == torch.strided else [self.docs.values(), self.docs.col_indices(),
+                                                                       self.docs.crow_indices()]  # fmt: skip
+        parts += [self.cls] if self.cls is not None else []
+        return sum(t.numel() * t.element_size() for t in parts)
 
     @property
     def lexical_nonzero(self) -> float:
         """Mean non-zero vocabulary terms per document."""
-        return self.docs.values().numel() / len(self.docids)
+        dense = self.docs.layout == torch.strided
+        return (self.docs.count_nonzero().item() if dense else self.docs.values().numel()) / len(self.docids)
 
     @torch.inference_mode()
     def search(self, queries: dict[str, str], k: int, part: str | None = None) -> Run:
         """Top ``k`` by the exact fused score, or by one ``part`` alone (``lexical`` or ``semantic``)."""
         if part is not None and (part not in self.parts or (part == "semantic" and self.cls is None)):
             raise ValueError(f"unknown part {part!r}; parts: {self.parts if self.cls is not None else ('lexical',)}")
-        qids = list(queries)
-        lexical, cls = encode_sparse(self.encode_query, list(queries.values()), self.discard, self.batch_size,
-                                     "encode queries (sparse)")  # fmt: skip
-        lexical = lexical.to_dense()
+        qids, texts = list(queries), list(queries.values())
+        lexical = torch.empty(len(qids), self.docs.shape[1])
+        cls = torch.empty(len(qids), self.cls.shape[1]) if self.cls is not None else None
+        for batch, part_lexical, part_cls in encoded_batches(self.encode_query, texts, self.discard, self.batch_size,
+                                                             "encode queries (exact)", None):  # fmt: skip
+            lexical[batch] = part_lexical
+            if cls is not None:
+                cls[batch] = part_cls
         run: Run = {}
         for start in range(0, len(qids), self.batch_size):
             scores = torch.zeros(len(self.docids), len(qids[start : start + self.batch_size]), device=self.device)
@@ -147,7 +163,7 @@ def lexical_retriever(
     The sparse vectors are the reference the densification approximates. Arguments as in :class:`DhrRetriever`.
     """
     if slices == 0:
-        return SparseRetriever(encode_query, encode_doc, corpus, lam, discard, batch_size, terms=terms)
+        return SparseRetriever(encode_query, encode_doc, corpus, lam, discard, batch_size)
     return DhrRetriever(
         encode_query, encode_doc, corpus, Slicing(vocab_size, slices, discard, slicing), lam, first_stage, theta,
         candidates, batch_size, terms=terms,
