@@ -36,9 +36,25 @@ def test_bm25_plus_dense_dhr_adds_the_two_parts(tiny) -> None:
     retriever = model.build_retriever(tiny)
     queries = dict(list(tiny.judged_queries("dev").items())[:5])
     fused, lexical, semantic = (retriever.search(queries, 400, part=p) for p in (None, "lexical", "semantic"))
+    reweighted = retriever.search(queries, 400, weight=8.0)  # λ at query time: the [CLS] part counts twice as much
     for qid, docs in fused.items():
         for docid in list(docs)[:10]:
             assert docs[docid] == pytest.approx(lexical[qid][docid] + semantic[qid][docid], abs=2e-2)
+        for docid in list(reweighted[qid])[:10]:
+            assert reweighted[qid][docid] == pytest.approx(lexical[qid][docid] + 2 * semantic[qid][docid], abs=4e-2)
+
+
+def test_tuning_picks_the_best_lambda_on_held_out_queries(tiny) -> None:
+    dense = DenseBiEncoder(TinyRandomBackbone(hidden_size=32), pooling="mean", doc_max_length=32)
+    model = DhrFusion(lexical="bm25", dense=dense, slices=128, first_stage=None, lambda_grid=(0.0, 1.0, 100.0)).eval()
+    retriever = model.build_retriever(tiny)
+    queries = dict(list(tiny.judged_queries("train").items())[:20])
+    qrels = {q: tiny.qrels["train"][q] for q in queries}
+    record = model.tune(retriever, queries, qrels)
+    curve = record["curve"]
+    assert record["value"] == max(curve, key=curve.get) and retriever.weight == record["value"]
+    # a random encoder only adds noise to BM25: λ = 0 (BM25's DLR alone) is at least as good as λ = 100
+    assert curve[0.0] >= curve[100.0]
 
 
 def test_splade_dlr_runs_on_the_backbone_mlm(tiny) -> None:

@@ -71,7 +71,7 @@ class DhrRetriever:
         encode_doc: Document ids → (lexical, [CLS] or None) vectors.
         corpus: docid → text.
         slicing: DLR slicing.
-        lam: λ of the [CLS] part.
+        lam: λ of the [CLS] part, as indexed (√λ on both sides, Eq. 14–16).
         first_stage: None (exact GIP), ``approximate_gip`` or ``inner_product`` (see :meth:`GipIndex.search`).
         theta: θ of approximate GIP.
         candidates: K′ of the first stage.
@@ -97,7 +97,7 @@ class DhrRetriever:
         terms: Callable[[list[int]], list[str]] | None = None,
     ) -> None:
         self.encode_query, self.encode_doc, self.slicing = encode_query, encode_doc, slicing
-        self.lam, self.batch_size = lam, batch_size
+        self.lam, self.batch_size, self.weight = lam, batch_size, lam
         self.terms = terms or (lambda ids: [str(i) for i in ids])
         self.first_stage, self.theta, self.candidates = first_stage, theta, candidates
         docids = list(corpus)
@@ -112,9 +112,19 @@ class DhrRetriever:
                                        self.batch_size, "densify queries")  # fmt: skip
         return values, indices
 
-    def search(self, queries: dict[str, str], k: int, part: str | None = None) -> Run:
-        """Top ``k`` by GIP over the whole DHR, or over one ``part`` (the other part of the queries zeroed)."""
+    def search(self, queries: dict[str, str], k: int, part: str | None = None, weight: float | None = None) -> Run:
+        """Top ``k`` by GIP over the whole DHR, or over one ``part`` (the other part of the queries zeroed).
+
+        The [CLS] part weighs ``weight`` (default :attr:`weight`, the indexed λ until tuning sets it): the queries'
+        [CLS] values are rescaled by weight / λ, so λ is tuned without re-indexing the corpus.
+        """
         values, indices = self.represent_queries(queries)
+        weight = self.weight if weight is None else weight
+        if self.cls_dims and weight != self.lam:
+            if self.lam <= 0:
+                raise ValueError("the [CLS] part was indexed with λ = 0: re-index with λ > 0 to weigh it")
+            values = values.copy()
+            values[:, values.shape[1] - self.cls_dims :] *= weight / self.lam
         if part is not None:
             if part not in self.parts or (part == "semantic" and not self.cls_dims):
                 raise ValueError(f"unknown part {part!r}; parts: {self.parts if self.cls_dims else ('lexical',)}")

@@ -92,7 +92,7 @@ class SparseRetriever:
         batch_size: int = 128,
         device: torch.device | str | None = None,
     ) -> None:
-        self.encode_query, self.lam, self.discard, self.batch_size = encode_query, lam, discard, batch_size
+        self.encode_query, self.weight, self.discard, self.batch_size = encode_query, lam, discard, batch_size
         self.device = torch.device(device) if device is not None else default_device()
         items = list(corpus)
         docs, cls, order = encode_corpus(encode_doc, items, discard, batch_size, [corpus[d] for d in items])
@@ -114,8 +114,12 @@ class SparseRetriever:
         return (self.docs.count_nonzero().item() if dense else self.docs.values().numel()) / len(self.docids)
 
     @torch.inference_mode()
-    def search(self, queries: dict[str, str], k: int, part: str | None = None) -> Run:
-        """Top ``k`` by the exact fused score, or by one ``part`` alone (``lexical`` or ``semantic``)."""
+    def search(self, queries: dict[str, str], k: int, part: str | None = None, weight: float | None = None) -> Run:
+        """Top ``k`` by the exact fused score, or by one ``part`` alone (``lexical`` or ``semantic``).
+
+        The [CLS] part weighs ``weight`` (default :attr:`weight`: λ until tuning sets it).
+        """
+        weight = self.weight if weight is None else weight
         if part is not None and (part not in self.parts or (part == "semantic" and self.cls is None)):
             raise ValueError(f"unknown part {part!r}; parts: {self.parts if self.cls is not None else ('lexical',)}")
         qids, texts = list(queries), list(queries.values())
@@ -132,7 +136,7 @@ class SparseRetriever:
             if part != "semantic":
                 scores += self.docs @ lexical[start : start + self.batch_size].T.to(self.device)
             if part != "lexical" and self.cls is not None:
-                scores += self.lam * (self.cls @ cls[start : start + self.batch_size].T.to(self.device))
+                scores += weight * (self.cls @ cls[start : start + self.batch_size].T.to(self.device))
             top_scores, rows = scores.T.topk(min(k, len(self.docids)), dim=1)
             for qid, row_scores, row_ids in zip(qids[start:], top_scores.tolist(), rows.tolist(), strict=False):
                 run[qid] = {self.docids[r]: s for r, s in zip(row_ids, row_scores, strict=True)}

@@ -15,6 +15,8 @@ import torch
 
 from retrieval_zoo.backbones import Backbone
 from retrieval_zoo.data.collections import Collection
+from retrieval_zoo.data.formats import Qrels
+from retrieval_zoo.evaluation import tune_weight
 from retrieval_zoo.index.dhr import DhrRetriever
 from retrieval_zoo.index.sparse import SparseRetriever, lexical_retriever
 from retrieval_zoo.lexical.bm25 import BM25
@@ -42,7 +44,9 @@ class DhrFusion(RetrievalMethod):
         backbone: The SPLADE backbone (unused for ``bm25``).
         dense: A dense method (``encode_query`` / ``encode_doc``) for the semantic part, or None for the DLR alone.
         dense_checkpoint: A ``train.py`` checkpoint whose weights ``dense`` loads (e.g. the default dense run's).
-        lambda_dense: λ of Eq. 13–14.
+        lambda_dense: λ of Eq. 13–14 (the indexed value; tuning replaces it at query time).
+        lambda_grid: λ values tried on held-out training queries when evaluation tunes (``eval.tune_queries``).
+        tune_measure: What tuning maximises (MRR@10 in §5.2).
         bm25_k1: BM25's k1.
         bm25_b: BM25's b.
         slices: M, the DLR dimension; 0 searches the exact sparse vectors instead (the reference).
@@ -64,6 +68,8 @@ class DhrFusion(RetrievalMethod):
         dense: RetrievalMethod | None = None,
         dense_checkpoint: str | None = None,
         lambda_dense: float = 1.0,
+        lambda_grid: tuple[float, ...] = (0.0, 0.05, 0.1, 0.2, 0.3, 0.5, 0.75, 1.0, 1.5, 2.0, 3.0, 5.0),
+        tune_measure: str = "MRR@10",
         bm25_k1: float = 0.9,
         bm25_b: float = 0.4,
         slices: int = 768,
@@ -81,6 +87,7 @@ class DhrFusion(RetrievalMethod):
         if lexical == "splade" and backbone is None:
             raise ValueError("lexical=splade needs a backbone with an MLM head")
         self.lexical, self.dense, self.lambda_dense = lexical, dense, lambda_dense
+        self.lambda_grid, self.tune_measure = tuple(lambda_grid), tune_measure
         self.complementarity_parts = ("lexical", "semantic") if dense is not None else None
         if dense is not None and dense_checkpoint:
             state = torch.load(dense_checkpoint, map_location="cpu", weights_only=False)["state_dict"]
@@ -96,6 +103,12 @@ class DhrFusion(RetrievalMethod):
         if self.dense is None:
             return None
         return (self.dense.encode_query if query else self.dense.encode_doc)(texts)
+
+    def tune(self, retriever: DhrRetriever | SparseRetriever, queries: dict[str, str], qrels: Qrels) -> dict:
+        """Grid-search λ of the dense part on held-out training queries (§5.2 tunes it on MRR@10)."""
+        if self.dense is None:
+            return {}
+        return tune_weight(retriever, queries, qrels, self.lambda_grid, self.tune_measure, "lambda_dense")
 
     def build_retriever(self, collection: Collection) -> DhrRetriever | SparseRetriever:
         """Densify the corpus's lexical vectors (and join the dense ones) into a GIP index; ``slices=0``: exact."""
