@@ -91,6 +91,7 @@ class RetrievalMethod(L.LightningModule):
     def __init__(self, optim: Optim | None = None, val_k: int = 100) -> None:
         super().__init__()
         self.optim, self.val_k = optim or Optim(), val_k
+        self.validating_in_fit = False  # True while validation indexes the corpus: methods skip encoding caches
         self._val_run: Run = {}
         self._val_retriever: Retriever | None = None
 
@@ -156,9 +157,13 @@ class RetrievalMethod(L.LightningModule):
 
     # --- shared validation: retrieval on a dev subset --------------------------------------------------
     def on_validation_epoch_start(self) -> None:
-        """Index the corpus with the current weights."""
+        """Index the corpus with the current weights (never cached: they change every epoch)."""
         self._val_run = {}
-        self._val_retriever = self.build_retriever(self.trainer.datamodule.collection)
+        self.validating_in_fit = True
+        try:
+            self._val_retriever = self.build_retriever(self.trainer.datamodule.collection)
+        finally:
+            self.validating_in_fit = False
 
     def validation_step(self, qids: list[str], batch_idx: int) -> None:
         """Retrieve for a batch of validation query ids."""

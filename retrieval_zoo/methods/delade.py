@@ -18,6 +18,7 @@ from retrieval_zoo.data.collections import Collection
 from retrieval_zoo.data.datamodule import TrainBatch
 from retrieval_zoo.index.dhr import DhrRetriever
 from retrieval_zoo.index.dlr import Slicing
+from retrieval_zoo.index.encoded_corpus import cached_doc_encoder
 from retrieval_zoo.index.sparse import SparseRetriever, lexical_retriever
 from retrieval_zoo.lexical.delade import delade_vectors
 from retrieval_zoo.losses import kl_distillation
@@ -132,13 +133,22 @@ class DeLADE(DenseBiEncoder):
         return losses, diagnostics
 
     def build_retriever(self, collection: Collection) -> DhrRetriever | SparseRetriever:
-        """Densify the corpus into DLRs (DeLADE) or DHRs (DeLADE+[CLS]) searched by GIP; ``slices=0``: exact sparse."""
+        """Densify the corpus into DLRs (DeLADE) or DHRs (DeLADE+[CLS]) searched by GIP; ``slices=0``: exact sparse.
+
+        Outside training's validation, the corpus vectors are encoded once per set of weights and cached
+        (:mod:`retrieval_zoo.index.encoded_corpus`), so retrieval-time variants of one model skip the encoder.
+        """
 
         def encode_query(texts: list[str]) -> tuple[torch.Tensor, torch.Tensor | None]:
             return self.encode_parts(*self._tokenize(texts, self.query_max_length))
 
         def encode_doc(docids: list[str]) -> tuple[torch.Tensor, torch.Tensor | None]:
             return self.encode_parts(*self._tokenize([collection.corpus[d] for d in docids], self.doc_max_length))
+
+        if not self.validating_in_fit:  # trained weights: encode once, then every slicing reads the cache
+            settings = {"method": type(self).__name__, "doc_max_length": self.doc_max_length}
+            encode_doc = cached_doc_encoder(encode_doc, collection.corpus, self, collection.corpus_fingerprint,
+                                            settings, self.encode_batch_size)  # fmt: skip
 
         return lexical_retriever(
             encode_query, encode_doc, collection.corpus, self.vocab_size, self.slices, self.slicing, self.discard,
