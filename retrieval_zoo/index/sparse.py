@@ -44,26 +44,33 @@ def encode_corpus(
 ) -> tuple[torch.Tensor, torch.Tensor | None, list[int]]:
     """The corpus's lexical vectors as one matrix, its [CLS] vectors or None, and the item behind each row.
 
-    The matrix is sparse CSR (float32 values, int32 term ids and row offsets) or dense float32, whichever is smaller:
-    SPLADE and BM25 vectors are sparse, DeLADE's softmax vectors (Eq. 23) are not. Rows follow the length-sorted
-    encoding order, so no batch is copied to reorder it.
+    The matrix is sparse CSR (float32 values, int32 term ids and row offsets), or dense float32 when the first batch
+    is more than half non-zero, where CSR would be larger: SPLADE and BM25 vectors are sparse, DeLADE's softmax
+    vectors (Eq. 23) are not. Rows follow the length-sorted encoding order, so no batch is copied to reorder it.
     """
     offsets, cols, vals, cls_parts, order, nonzeros, vocab_size = [], [], [], [], [], 0, 0
+    dense: torch.Tensor | None = None
     for batch, lexical, cls in encoded_batches(encode, items, discard, batch_size, "encode corpus (exact)", texts):
-        csr = lexical.to_sparse_csr()
-        offsets.append((csr.crow_indices()[1:] + nonzeros).to(torch.int32))
-        cols.append(csr.col_indices().to(torch.int32))
-        vals.append(csr.values())
-        nonzeros += csr.values().numel()
         vocab_size = lexical.shape[1]
+        if not order and lexical.count_nonzero() * 2 >= lexical.numel():  # denser than one half: store dense
+            dense = torch.empty(len(items), vocab_size)
+        if dense is not None:
+            dense[len(order) : len(order) + len(batch)] = lexical
+        else:
+            csr = lexical.to_sparse_csr()
+            offsets.append((csr.crow_indices()[1:] + nonzeros).to(torch.int32))
+            cols.append(csr.col_indices().to(torch.int32))
+            vals.append(csr.values())
+            nonzeros += csr.values().numel()
         order.extend(batch)
         if cls is not None:
             cls_parts.append(cls)
-    offsets.insert(0, torch.zeros(1, dtype=torch.int32))
-    matrix = torch.sparse_csr_tensor(torch.cat(offsets), torch.cat(cols), torch.cat(vals), (len(items), vocab_size),
-                                     check_invariants=False)  # fmt: skip
-    if nonzeros * 8 >= len(items) * vocab_size * 4:  # denser than one half: a dense matrix is smaller
-        matrix = matrix.to_dense()
+    if dense is not None:
+        matrix = dense
+    else:
+        offsets.insert(0, torch.zeros(1, dtype=torch.int32))
+        matrix = torch.sparse_csr_tensor(torch.cat(offsets), torch.cat(cols), torch.cat(vals),
+                                         (len(items), vocab_size), check_invariants=False)  # fmt: skip
     return matrix, torch.cat(cls_parts) if cls_parts else None, order
 
 
