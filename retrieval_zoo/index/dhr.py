@@ -63,7 +63,26 @@ def represent(
     return values, indices, cls_dims
 
 
-class DhrRetriever:
+class PartSearch:
+    """A lexical part and an optional [CLS] part, each searchable alone: shared by the DLR/DHR and exact retrievers.
+
+    Subclasses implement ``search(queries, k, part=None, weight=None)``.
+    """
+
+    parts = ("lexical", "semantic")
+
+    def check_part(self, part: str | None, has_semantic: bool) -> None:
+        """Raise on a ``part`` this retriever does not have (``semantic`` needs a [CLS] part)."""
+        available = self.parts if has_semantic else ("lexical",)
+        if part is not None and part not in available:
+            raise ValueError(f"unknown part {part!r}; parts: {available}")
+
+    def side(self, name: str, queries: dict[str, str], k: int) -> Run:
+        """One part's own top ``k`` (evaluation's component runs)."""
+        return self.search(queries, k, part=name)
+
+
+class DhrRetriever(PartSearch):
     """A corpus densified into a :class:`GipIndex`, searched with queries densified the same way.
 
     Args:
@@ -79,8 +98,6 @@ class DhrRetriever:
         device: Where GIP runs (default: the GPU when present).
         terms: Vocabulary ids → their strings, for :meth:`explain` (default: the ids as text).
     """
-
-    parts = ("lexical", "semantic")
 
     def __init__(
         self,
@@ -125,9 +142,8 @@ class DhrRetriever:
                 raise ValueError("the [CLS] part was indexed with λ = 0: re-index with λ > 0 to weigh it")
             values = values.copy()
             values[:, values.shape[1] - self.cls_dims :] *= weight / self.lam
+        self.check_part(part, bool(self.cls_dims))
         if part is not None:
-            if part not in self.parts or (part == "semantic" and not self.cls_dims):
-                raise ValueError(f"unknown part {part!r}; parts: {self.parts if self.cls_dims else ('lexical',)}")
             split = values.shape[1] - self.cls_dims
             values = values.copy()
             if part == "lexical":
@@ -146,10 +162,6 @@ class DhrRetriever:
         """Mean non-zero DLR slices per document (Table 6's "# tokens/doc"; at most M)."""
         split = self.index.values.shape[1] - self.cls_dims
         return (self.index.values[:, :split] != 0).sum(dim=1).float().mean().item()
-
-    def side(self, name: str, queries: dict[str, str], k: int) -> Run:
-        """One part's own top ``k`` (evaluation's component runs)."""
-        return self.search(queries, k, part=name)
 
     def explain(self, queries: dict[str, str], run: Run, depth: int = 3) -> list[dict]:
         """What each query matched in its top ``depth`` documents: the DLR's open gates as weighted terms (Table 13).

@@ -18,11 +18,10 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from tqdm import tqdm
 
 from retrieval_zoo.cache import atomic_path, cache_root, fingerprint
 from retrieval_zoo.index.dhr import PartEncoder
-from retrieval_zoo.methods.encoding import length_sorted_batches
+from retrieval_zoo.index.sparse import encoded_batches
 
 
 def weights_digest(module: torch.nn.Module) -> str:
@@ -38,16 +37,15 @@ def weights_digest(module: torch.nn.Module) -> str:
 def encode_to(folder: Path, encode_doc: PartEncoder, docids: list[str], texts: list[str], batch_size: int) -> None:
     """Write ``lexical.npy``, ``cls.npy`` (when there is a [CLS] part), both float32, and ``docids.json``."""
     lexical = cls = None
-    for batch in tqdm(length_sorted_batches(texts, batch_size), desc="encode corpus", unit="batch", mininterval=5):
-        part_lexical, part_cls = encode_doc([docids[i] for i in batch])
+    for batch, part_lexical, part_cls in encoded_batches(encode_doc, docids, 0, batch_size, "encode corpus", texts):
         if lexical is None:
             lexical = np.lib.format.open_memmap(folder / "lexical.npy", "w+", np.float32,
                                                 (len(docids), part_lexical.shape[1]))  # fmt: skip
             if part_cls is not None:
                 cls = np.lib.format.open_memmap(folder / "cls.npy", "w+", np.float32, (len(docids), part_cls.shape[1]))
-        lexical[batch] = part_lexical.float().cpu().numpy()
+        lexical[batch] = part_lexical.numpy()
         if cls is not None:
-            cls[batch] = part_cls.float().cpu().numpy()
+            cls[batch] = part_cls.numpy()
     for array in (lexical, cls):
         if array is not None:
             array.flush()

@@ -1,8 +1,9 @@
 """Exact search over full-vocabulary sparse vectors: the reference that DLR/DHR densification approximates.
 
 delade-dhr.md compares each DLR/DHR with the sparse retrieval it replaces (Tables 4, 7, 9). Here the corpus's
-|V|-dimensional lexical vectors are kept as one sparse CSR matrix and scored exactly, <q_BoW, d_BoW>, beside an
-optional [CLS] part added as λ·<q_cls, d_cls>: the exact fused score the model trains on (Eq. 13). The same
+|V|-dimensional lexical vectors are kept as one matrix (sparse CSR, or dense where that is smaller) and scored
+exactly, <q_BoW, d_BoW>, beside an optional [CLS] part added as λ·<q_cls, d_cls>: the exact fused score the model
+trains on (Eq. 13). The same
 ``search(part=) / side / nbytes`` interface as :class:`retrieval_zoo.index.dhr.DhrRetriever`; methods take it with
 ``slices=0`` (:func:`lexical_retriever`).
 """
@@ -16,7 +17,7 @@ import torch
 from tqdm import tqdm
 
 from retrieval_zoo.data.formats import Run
-from retrieval_zoo.index.dhr import DhrRetriever, PartEncoder
+from retrieval_zoo.index.dhr import DhrRetriever, PartEncoder, PartSearch
 from retrieval_zoo.index.dlr import Slicing
 from retrieval_zoo.index.gip import default_device
 from retrieval_zoo.methods.encoding import length_sorted_batches
@@ -74,8 +75,8 @@ def encode_corpus(
     return matrix, torch.cat(cls_parts) if cls_parts else None, order
 
 
-class SparseRetriever:
-    """Exact lexical (+ λ·[CLS]) inner products over the whole corpus, documents held as one sparse matrix.
+class SparseRetriever(PartSearch):
+    """Exact lexical (+ λ·[CLS]) inner products over the whole corpus, documents held as one matrix.
 
     Args:
         encode_query: Query texts → ((n, |V|) lexical, (n, c) [CLS] or None) vectors.
@@ -86,8 +87,6 @@ class SparseRetriever:
         batch_size: Texts per forward pass, and queries scored together.
         device: Where scoring runs (default: the GPU when present).
     """
-
-    parts = ("lexical", "semantic")
 
     def __init__(
         self,
@@ -127,8 +126,7 @@ class SparseRetriever:
         The [CLS] part weighs ``weight`` (default :attr:`weight`: λ until tuning sets it).
         """
         weight = self.weight if weight is None else weight
-        if part is not None and (part not in self.parts or (part == "semantic" and self.cls is None)):
-            raise ValueError(f"unknown part {part!r}; parts: {self.parts if self.cls is not None else ('lexical',)}")
+        self.check_part(part, self.cls is not None)
         qids, texts = list(queries), list(queries.values())
         lexical = torch.empty(len(qids), self.docs.shape[1])
         cls = torch.empty(len(qids), self.cls.shape[1]) if self.cls is not None else None
@@ -148,10 +146,6 @@ class SparseRetriever:
             for qid, row_scores, row_ids in zip(qids[start:], top_scores.tolist(), rows.tolist(), strict=False):
                 run[qid] = {self.docids[r]: s for r, s in zip(row_ids, row_scores, strict=True)}
         return run
-
-    def side(self, name: str, queries: dict[str, str], k: int) -> Run:
-        """One part's own top ``k`` (evaluation's component runs)."""
-        return self.search(queries, k, part=name)
 
 
 def lexical_retriever(
