@@ -127,3 +127,29 @@ def kl_distillation(student: torch.Tensor, teacher: torch.Tensor) -> torch.Tenso
         raise ValueError(f"student scores {tuple(student.shape)} and teacher scores {tuple(teacher.shape)} differ")
     return F.kl_div(F.log_softmax(student, dim=1), F.log_softmax(teacher.to(student.dtype), dim=1), log_target=True,
                     reduction="batchmean")  # fmt: skip
+
+
+def flops(weights: torch.Tensor) -> torch.Tensor:
+    """FLOPS regulariser (Paria et al. 2020; csurf.md §3.5, L_reg): Σ_t (mean over the batch of w_t)².
+
+    Squaring the batch mean (not each w_t) penalises terms that are non-zero in many texts of the batch, a smooth
+    proxy of the expected number of multiplications of an inverted-index search (SPLADE's form).
+
+    Args:
+        weights: (T, V) non-negative term weights w_t of T texts.
+
+    Returns:
+        Scalar.
+    """
+    return weights.mean(dim=0).pow(2).sum()
+
+
+def quadratic_warmup(step: int, warmup_steps: int) -> float:
+    """Multiplier of a regulariser's λ at global step ``step``: (step / warmup_steps)² until ``warmup_steps``, then 1.
+
+    SPLADE's FLOPS warm-up; 0 warm-up steps gives 1 from the start. A pure function of the step, so resuming and
+    gradient accumulation see the same value.
+    """
+    if warmup_steps <= 0 or step >= warmup_steps:
+        return 1.0
+    return (max(step, 0) / warmup_steps) ** 2

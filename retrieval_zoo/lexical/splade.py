@@ -19,7 +19,7 @@ import torch
 from transformers import PreTrainedModel
 
 
-def _head_parts(model: PreTrainedModel) -> tuple[torch.nn.Module, torch.nn.Module, torch.nn.Linear]:
+def mlm_head_parts(model: PreTrainedModel) -> tuple[torch.nn.Module, torch.nn.Module, torch.nn.Linear]:
     """(encoder, transform before the vocabulary projection, vocabulary projection) of a BERT-style MLM."""
     if not hasattr(model, "cls") or not hasattr(model.cls, "predictions"):
         raise TypeError(f"{type(model).__name__}: expected a BERT-style masked-LM head (model.cls.predictions)")
@@ -31,6 +31,43 @@ def splade_vectors_naive(model: PreTrainedModel, input_ids: torch.Tensor, attent
     logits = model(input_ids=input_ids, attention_mask=attention_mask).logits
     weights = torch.log1p(torch.relu(logits)) * attention_mask.unsqueeze(-1)
     return weights.max(dim=1).values
+
+
+def max_pooled_logits(
+    model: PreTrainedModel,
+    input_ids: torch.Tensor,
+    attention_mask: torch.Tensor,
+    pool_mask: torch.Tensor | None = None,
+    chunk: int = 1024,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """max_i logit_iv over the pooled positions, its argmax, and the last hidden states, per vocabulary chunk.
+
+    Args:
+        model: A BERT-style masked LM.
+        input_ids: (B, L) token ids.
+        attention_mask: (B, L), 1 for real tokens.
+        pool_mask: (B, L), 1 for the positions the max runs over; the attention mask when None.
+        chunk: Vocabulary ids projected at a time.
+
+    Returns:
+        (B, V) maxima (−inf where a text has no pooled position), (B, V) their positions, and the encoder's (B, L, H)
+        last hidden states.
+    """
+    encoder, transform, projection = mlm_head_parts(model)
+    hidden = encoder(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
+    transformed = transform(hidden)
+    pool_mask = attention_mask if pool_mask is None else pool_mask
+    padding = torch.zeros(pool_mask.shape + (1,), dtype=hidden.dtype, device=hidden.device)
+    padding = padding.masked_fill(pool_mask.unsqueeze(-1) == 0, float("-inf"))
+    maxima, positions = [], []
+    for start in range(0, projection.out_features, chunk):
+        weight = projection.weight[start : start + chunk].T.expand(hidden.shape[0], -1, -1)
+        values, argmax = torch.baddbmm(padding, transformed, weight).max(dim=1)
+        if projection.bias is not None:
+            values = values + projection.bias[start : start + chunk]
+        maxima.append(values)
+        positions.append(argmax)
+    return torch.cat(maxima, dim=1), torch.cat(positions, dim=1), hidden
 
 
 def splade_vectors(
@@ -47,15 +84,5 @@ def splade_vectors(
     Returns:
         (B, V) non-negative term weights.
     """
-    encoder, transform, projection = _head_parts(model)
-    hidden = transform(encoder(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state)
-    padding = torch.zeros(attention_mask.shape + (1,), dtype=hidden.dtype, device=hidden.device)
-    padding = padding.masked_fill(attention_mask.unsqueeze(-1) == 0, float("-inf"))
-    pooled = []
-    for start in range(0, projection.out_features, chunk):
-        weight = projection.weight[start : start + chunk].T.expand(hidden.shape[0], -1, -1)
-        maxima = torch.baddbmm(padding, hidden, weight).amax(dim=1)
-        if projection.bias is not None:
-            maxima = maxima + projection.bias[start : start + chunk]
-        pooled.append(maxima)
-    return torch.log1p(torch.relu(torch.cat(pooled, dim=1)))
+    maxima, _, _ = max_pooled_logits(model, input_ids, attention_mask, chunk=chunk)
+    return torch.log1p(torch.relu(maxima))

@@ -96,8 +96,11 @@ class DenseBiEncoder(RetrievalMethod):
 
         The candidates are the query's own group, or all B·G documents of the batch with in-batch negatives.
         """
+        return self._nll_of_scores(self.score(q, d), batch)
+
+    def _nll_of_scores(self, scores: torch.Tensor, batch: TrainBatch) -> tuple[torch.Tensor, torch.Tensor]:
+        """NLL and in-batch accuracy from the (B, B·G) scores of every query against every document of the batch."""
         size, group = len(batch.qids), len(batch.docids[0])
-        scores = self.score(q, d)
         if not self.in_batch_negatives:
             scores = scores.view(size, size, group)[torch.arange(size), torch.arange(size)]
         targets = group_targets(size, group, self.in_batch_negatives, scores.device)

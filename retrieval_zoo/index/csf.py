@@ -1,0 +1,160 @@
+"""Inverted lists of contextualized surface forms, searched as CSurF trains (csurf.md §4 Implementation, §5.2).
+
+Each document CSF becomes one posting (document, source position, weight, vector) in the list of its surface form;
+the lists are contiguous arrays sorted by form (:class:`retrieval_zoo.lexical.csf.Postings`). Postings with weight
+below ``prune_threshold`` (1e-8) are dropped at indexing time, and post-hoc pruning drops the lowest-weight
+fraction α of all postings (Figure 2). A query is scored by :func:`retrieval_zoo.lexical.csf.max_sum_scores`: each
+query CSF against its form's list, vectorised; max-reduced into (query token, document); summed; top k. With
+nothing pruned this is the training-time score of every document (a test holds it to brute force).
+
+The retriever reports §5.2's efficiency numbers: |C^q| and |C^d|, E_OPS = Σ_t n̂_t^q·n̂_t^d (average CSFs of form t
+per query and per document), the all-to-all operation count a ColBERT-style soft match needs on the same texts
+(|q|·|d| tokens), the CSF pairs actually scored per query, the index size and the latency.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+import torch
+from tqdm import tqdm
+
+from retrieval_zoo.data.formats import Run
+from retrieval_zoo.lexical.csf import CsfBags, Postings, max_sum_scores
+from retrieval_zoo.methods.encoding import length_sorted_batches
+
+BagEncoder = Callable[[list[str]], CsfBags]
+
+
+def prune_lowest(weight: torch.Tensor, fraction: float) -> torch.Tensor:
+    """Boolean mask keeping all but the ⌊fraction·n⌋ lowest of ``weight`` (n,): post-hoc pruning with α = fraction."""
+    if not 0.0 <= fraction < 1.0:
+        raise ValueError(f"prune_fraction (α) must be in [0, 1), not {fraction}")
+    keep = torch.ones_like(weight, dtype=torch.bool)
+    keep[torch.argsort(weight, stable=True)[: int(fraction * len(weight))]] = False
+    return keep
+
+
+class CsfRetriever:
+    """CSurF's inverted index over a corpus.
+
+    Args:
+        encode: Texts → their bags of CSFs (the model's document encoder, or its query encoder for queries).
+        encode_query: Query texts → their bags of CSFs.
+        corpus: Document id → text.
+        vocab_size: |V|, the number of surface forms.
+        prune_threshold: Postings with a weight below it are not indexed (1e-8 in the paper; 0 keeps every CSF).
+        prune_fraction: α, the lowest-weight share of the remaining postings removed after indexing.
+        batch_size: Texts per encoder call.
+        query_batch_size: Queries scored at a time.
+    """
+
+    def __init__(
+        self,
+        encode: BagEncoder,
+        encode_query: BagEncoder,
+        corpus: dict[str, str],
+        vocab_size: int,
+        prune_threshold: float = 1e-8,
+        prune_fraction: float = 0.0,
+        batch_size: int = 64,
+        query_batch_size: int = 8,
+    ) -> None:
+        self.encode_query, self.docids, self.query_batch_size = encode_query, list(corpus), query_batch_size
+        texts = [corpus[d] for d in self.docids]
+        parts: list[CsfBags] = []
+        tokens = torch.zeros(len(texts))
+        started = time.perf_counter()
+        with torch.inference_mode():
+            for batch in tqdm(length_sorted_batches(texts, batch_size), desc="index CSFs", unit="batch",
+                              leave=False, mininterval=5):  # fmt: skip
+                bags = encode([texts[i] for i in batch])
+                bags = bags.select(bags.weight >= prune_threshold)
+                rows = torch.tensor(batch)
+                tokens[rows] = bags.tokens.float().cpu()
+                parts.append(_to_cpu(bags, doc_index=rows))
+        corpus_bags = _concatenate(parts, len(texts))
+        self.unpruned = len(corpus_bags.weight)
+        corpus_bags = corpus_bags.select(prune_lowest(corpus_bags.weight, prune_fraction))
+        self.postings = Postings.build(corpus_bags, vocab_size)
+        self.postings.doc, self.postings.source = self.postings.doc.int(), self.postings.source.short()
+        self.index_seconds = time.perf_counter() - started
+        self.doc_tokens = tokens.mean().item()
+        self._query_forms = torch.zeros(vocab_size)
+        self._queries, self._query_csfs, self._query_tokens, self._pairs, self._search_seconds = 0, 0, 0.0, 0, 0.0
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of the inverted lists: offsets, documents, positions, weights and vectors."""
+        p = self.postings
+        return sum(t.numel() * t.element_size() for t in (p.ptr, p.doc, p.source, p.weight, p.vector) if t is not None)
+
+    @property
+    def lexical_nonzero(self) -> float:
+        """|C^d|: postings per document."""
+        return len(self.postings.weight) / len(self.docids)
+
+    def search(self, queries: dict[str, str], k: int) -> Run:
+        """The top ``k`` documents of each query by the §3.3 score; documents scoring 0 are not returned."""
+        qids, run = list(queries), {}
+        started = time.perf_counter()
+        with torch.inference_mode():
+            for first in range(0, len(qids), self.query_batch_size):
+                batch = qids[first : first + self.query_batch_size]
+                bags = _to_cpu(self.encode_query([queries[q] for q in batch]))
+                scores, columns, pairs = max_sum_scores(bags, self.postings)
+                self._count(bags, pairs)
+                top = scores.topk(min(k, scores.shape[1]), dim=1) if scores.shape[1] else None
+                for row, qid in enumerate(batch):
+                    hits = [] if top is None else zip(top.values[row].tolist(), top.indices[row].tolist(), strict=True)
+                    run[qid] = {self.docids[columns[c]]: s for s, c in hits if s > 0}
+        self._search_seconds += time.perf_counter() - started
+        return run
+
+    def _count(self, bags: CsfBags, pairs: int) -> None:
+        self._queries += bags.num_texts
+        self._query_csfs += len(bags.weight)
+        self._query_tokens += bags.tokens.sum().item()
+        self._query_forms += torch.bincount(bags.surface, minlength=len(self._query_forms)).float()
+        self._pairs += pairs
+
+    def efficiency(self) -> dict[str, float]:
+        """§5.2's numbers over the queries searched so far and the indexed corpus."""
+        if not self._queries:
+            raise ValueError("efficiency is measured over searched queries: search first")
+        n_q = self._query_forms / self._queries  # n̂_t^q
+        n_d = self.postings.list_lengths().float() / len(self.docids)  # n̂_t^d
+        tokens_per_query = self._query_tokens / self._queries
+        return {
+            "csf_per_query": self._query_csfs / self._queries,
+            "csf_per_doc": self.lexical_nonzero,
+            "tokens_per_query": tokens_per_query,
+            "tokens_per_doc": self.doc_tokens,
+            "e_ops": float((n_q * n_d).sum()),
+            "all_to_all_ops": tokens_per_query * self.doc_tokens,
+            "pairs_per_query": self._pairs / self._queries,
+            "postings_pruned_share": 1 - len(self.postings.weight) / max(1, self.unpruned),
+            "index_seconds": self.index_seconds,
+            "ms_per_query": 1000 * self._search_seconds / self._queries,
+        }
+
+
+def _to_cpu(bags: CsfBags, doc_index: torch.Tensor | None = None) -> CsfBags:
+    """``bags`` on the CPU in float32; with ``doc_index``, its texts renumbered to those corpus rows."""
+    text = bags.text.cpu() if doc_index is None else doc_index[bags.text.cpu()]
+    vector = None if bags.vector is None else bags.vector.float().cpu()
+    return CsfBags(text, bags.surface.cpu(), bags.source.cpu(), bags.weight.float().cpu(), vector,
+                   bags.original.cpu(), bags.num_texts, bags.length, bags.tokens.cpu())  # fmt: skip
+
+
+def _concatenate(parts: list[CsfBags], num_texts: int) -> CsfBags:
+    """One bag set over the whole corpus from per-batch sets whose texts are already corpus rows."""
+    vectors = [p.vector for p in parts]
+    return CsfBags(
+        *(torch.cat([getattr(p, name) for p in parts]) for name in ("text", "surface", "source", "weight")),
+        vector=None if vectors[0] is None else torch.cat(vectors),
+        original=torch.cat([p.original for p in parts]),
+        num_texts=num_texts,
+        length=max(p.length for p in parts),
+    )

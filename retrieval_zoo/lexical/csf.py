@@ -1,0 +1,165 @@
+"""Bags of contextualized surface forms and their max-sum score (CSurF, csurf.md §3.2–3.3).
+
+A CSF A = (t_A, s_A) pairs a surface form t_A (a vocabulary id) with a source token s_A of the text; it carries the
+form's weight w_A and the source's semantic vector v_{s_A}. A text's bag C = O ∪ E holds its expansion CSFs
+E = {(t, s_t) | w_t > 0}, w_t = max_i E_i[t] and s_t = argmax_i E_i[t] (the grounding), and its original CSFs
+O = {(x_i, i) | E_i[x_i] > 0}, each token x_i under its own surface form with its self-projection weight.
+
+The score (§3.3) is Σ_{q_i} max_{A ∈ C_i^q} max_{B ∈ C^d} I(t_A = t_B)·w_A·w_B·f(v_{s_A}, v_{s_B}), where C_i^q holds
+the query CSFs whose source is q_i. :func:`max_sum_scores` computes it only over matching pairs: the document
+CSFs are sorted by surface form (:class:`Postings`, contiguous inverted lists), each query CSF reads the run of its
+own form, and the pair scores are max-reduced into (query token, document) cells, then summed over query tokens.
+Training scores a batch through the same function over the batch's documents, and the inverted index
+(:mod:`retrieval_zoo.index.csf`) over the corpus, so retrieval scores exactly as training does.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+
+import torch
+
+BAGS = ("both", "original", "expansion")
+
+
+@dataclass
+class CsfBags:
+    """The CSFs of T texts of at most L positions, one row per CSF (K rows).
+
+    Attributes:
+        text: (K,) the text each CSF belongs to.
+        surface: (K,) its surface form t (vocabulary id).
+        source: (K,) the position of its source token in the text.
+        weight: (K,) its lexical form weight w > 0.
+        vector: (K, dv) its source's semantic vector (unit length for cosine), or None when |v| = 0 (weights only).
+        original: (K,) True for an original CSF (O), False for an expansion CSF (E).
+        num_texts: T.
+        length: L.
+        tokens: (T,) the number of source tokens of each text (its length for an all-to-all match), when known.
+    """
+
+    text: torch.Tensor
+    surface: torch.Tensor
+    source: torch.Tensor
+    weight: torch.Tensor
+    vector: torch.Tensor | None
+    original: torch.Tensor
+    num_texts: int
+    length: int
+    tokens: torch.Tensor | None = None
+
+    def select(self, rows: torch.Tensor) -> CsfBags:
+        """The CSFs at ``rows`` (a boolean mask or indices), same texts."""
+        per_text = ("num_texts", "length", "tokens")
+        parts = {f.name: getattr(self, f.name) for f in fields(self) if f.name not in per_text}
+        parts = {name: None if value is None else value[rows] for name, value in parts.items()}
+        return CsfBags(**parts, num_texts=self.num_texts, length=self.length, tokens=self.tokens)
+
+    def counts(self) -> torch.Tensor:
+        """(T,) |C| of each text."""
+        return torch.bincount(self.text, minlength=self.num_texts)
+
+
+def csf_bags(
+    expansion: torch.Tensor,
+    sources: torch.Tensor,
+    self_weights: torch.Tensor,
+    input_ids: torch.Tensor,
+    source_mask: torch.Tensor,
+    vectors: torch.Tensor | None,
+    bags: str = "both",
+) -> CsfBags:
+    """The bag of CSFs C = O ∪ E of each text (§3.2), or O or E alone (Table 2).
+
+    An original CSF whose token is also the grounding source of the expansion CSF of the same form is that same
+    CSF (the union is a set), so it is kept once, as the expansion CSF.
+
+    Args:
+        expansion: (T, V) w_t = max_i E_i[t] over the source positions (Eq. of §3.2).
+        sources: (T, V) s_t, the position that gives w_t.
+        self_weights: (T, L) E_i[x_i], each token's weight for its own surface form.
+        input_ids: (T, L) the tokens x_i.
+        source_mask: (T, L) True at positions that are text tokens (not padding, not [CLS]/[SEP]).
+        vectors: (T, L, dv) semantic vectors v_i, or None for weights only.
+        bags: ``both`` (O ∪ E), ``original`` (O, COIL-tok-like) or ``expansion`` (E, SPLADE-like).
+
+    Returns:
+        The CSFs, expansion ones first.
+    """
+    if bags not in BAGS:
+        raise ValueError(f"bags must be one of {BAGS}, not {bags!r}")
+    parts = []
+    if bags != "original":
+        text, surface = (expansion > 0).nonzero(as_tuple=True)
+        parts.append((text, surface, sources[text, surface], expansion[text, surface], False))
+    if bags != "expansion":
+        keep = source_mask & (self_weights > 0)
+        if bags == "both":  # (x_i, i) already in E when i grounds x_i's expansion CSF
+            keep &= sources.gather(1, input_ids) != torch.arange(input_ids.shape[1], device=input_ids.device)
+        text, position = keep.nonzero(as_tuple=True)
+        parts.append((text, input_ids[text, position], position, self_weights[text, position], True))
+    text, surface, source, weight = (torch.cat([p[i] for p in parts]) for i in range(4))
+    original = torch.cat([torch.full_like(p[0], p[4], dtype=torch.bool) for p in parts])
+    vector = None if vectors is None else vectors[text, source]
+    tokens = source_mask.sum(1)
+    return CsfBags(text, surface, source, weight, vector, original, input_ids.shape[0], input_ids.shape[1], tokens)
+
+
+@dataclass
+class Postings:
+    """Document CSFs sorted by surface form: the inverted lists of §4, as contiguous arrays.
+
+    The list of form t is rows ``ptr[t]:ptr[t + 1]`` of ``doc``, ``source``, ``weight`` and ``vector``.
+    """
+
+    ptr: torch.Tensor
+    doc: torch.Tensor
+    source: torch.Tensor
+    weight: torch.Tensor
+    vector: torch.Tensor | None
+
+    @classmethod
+    def build(cls, docs: CsfBags, vocab_size: int, doc_offset: int = 0) -> Postings:
+        """Sort ``docs``' CSFs by (surface form, document); document ids are ``doc_offset`` + text index."""
+        order = torch.argsort(docs.surface * docs.num_texts + docs.text, stable=True)
+        counts = torch.bincount(docs.surface, minlength=vocab_size)
+        ptr = torch.cat([counts.new_zeros(1), counts.cumsum(0)])
+        vector = None if docs.vector is None else docs.vector[order]
+        return cls(ptr, docs.text[order] + doc_offset, docs.source[order], docs.weight[order], vector)
+
+    def list_lengths(self) -> torch.Tensor:
+        """(V,) entries per surface form."""
+        return self.ptr[1:] - self.ptr[:-1]
+
+
+def max_sum_scores(
+    query: CsfBags, postings: Postings, num_docs: int | None = None
+) -> tuple[torch.Tensor, torch.Tensor, int]:
+    """Score(q, d) of §3.3 for every query against the documents its CSFs match.
+
+    Args:
+        query: B queries' CSFs.
+        postings: The documents' inverted lists.
+        num_docs: Score every document ``0..num_docs − 1`` (training: the batch's documents); None scores only the
+            documents some query CSF matches.
+
+    Returns:
+        (B, U) scores, (U,) the document ids of the columns, and the number of CSF pairs scored.
+    """
+    start = postings.ptr[query.surface]
+    count = postings.ptr[query.surface + 1] - start
+    pair_query = torch.repeat_interleave(torch.arange(len(count), device=count.device), count)  # A of each pair
+    first = (count.cumsum(0) - count)[pair_query]
+    pair_doc = start[pair_query] + torch.arange(len(pair_query), device=count.device) - first  # B of each pair
+    value = query.weight[pair_query] * postings.weight[pair_doc]  # w_A·w_B
+    if query.vector is not None:  # ·f(v_A, v_B): dot product of (unit, for cosine) vectors
+        value = value * (query.vector[pair_query] * postings.vector[pair_doc]).sum(-1)
+    docs = postings.doc[pair_doc]
+    if num_docs is None:
+        columns, column = torch.unique(docs, return_inverse=True)
+    else:
+        columns, column = torch.arange(num_docs, device=docs.device), docs
+    slot = query.text[pair_query] * query.length + query.source[pair_query]  # the query token q_i of A
+    cells = value.new_zeros(query.num_texts * query.length * len(columns))  # unmatched query tokens add 0
+    cells = cells.scatter_reduce(0, slot * len(columns) + column, value, reduce="amax", include_self=True)
+    return cells.view(query.num_texts, query.length, len(columns)).sum(1), columns, len(pair_query)

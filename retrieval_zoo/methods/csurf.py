@@ -1,0 +1,152 @@
+"""CSurF: sparse lexical retrieval through contextualized surface forms (Fan, Gao and Callan, 2023; csurf.md).
+
+Each token gets a semantic vector φ_v(x) = ReLU(W_v x + b_v) (32 dims, trained from scratch) and expansion weights
+φ_e(x) = log(1 + ReLU(MLM logits)) over the vocabulary (the backbone's MLM head) (§3.5). Each surface form t takes
+w_t = max_i E_i[t] and is grounded to s_t = argmax_i E_i[t] (§3.2); with the original tokens' own forms this gives
+the bag of CSFs C = O ∪ E (or O or E alone, Table 2). A query and a document score Σ_{q_i} max over same-form CSF
+pairs of w_q·w_d·f(v_q, v_d), f = cosine or dot, or weights alone with |v| = 0 (§3.3). Training sums the contrastive
+NLL over BM25 and in-batch negatives (L_ret) and the FLOPS regularisers λ_q·L_reg^q + λ_d·L_reg^d (§3.5), λ warmed
+up quadratically; CSurF_HN adds a KL term to teacher scores over each query's group (L_HN). Retrieval uses inverted
+lists scored exactly as training scores (:mod:`retrieval_zoo.index.csf`).
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from retrieval_zoo.backbones import Backbone
+from retrieval_zoo.data.collections import Collection
+from retrieval_zoo.data.datamodule import TrainBatch
+from retrieval_zoo.index.csf import CsfRetriever
+from retrieval_zoo.lexical.csf import BAGS, CsfBags, Postings, csf_bags, max_sum_scores
+from retrieval_zoo.lexical.splade import max_pooled_logits, mlm_head_parts
+from retrieval_zoo.losses import flops, kl_distillation, quadratic_warmup
+from retrieval_zoo.methods.base import Optim
+from retrieval_zoo.methods.dense import DenseBiEncoder
+
+SIMILARITIES = ("cosine", "dot")
+
+
+class CSurF(DenseBiEncoder):
+    """CSurF, or CSurF_HN with ``kd_weight`` > 0 and a teacher run.
+
+    Args:
+        backbone: A BERT-style backbone with its MLM head (coCondenser in the paper).
+        optim: Optimiser settings.
+        vector_dim: |v|, the width of φ_v (32; 4 and 0, weights only, in Table 2).
+        similarity: f of §3.3, ``cosine`` (the paper's default) or ``dot``.
+        bags: ``both`` (O ∪ E), ``original`` (O only) or ``expansion`` (E only).
+        lambda_q: λ_q of the query FLOPS term.
+        lambda_d: λ_d of the document FLOPS term.
+        flops_warmup_steps: Steps over which both λ rise quadratically from 0 (0 = no warm-up).
+        in_batch_negatives: Score each query against every document of the batch.
+        kd_weight: Weight of KL(teacher ‖ model) over each query's group (L_HN); > 0 needs ``data.teacher_run``.
+        prune_threshold: Postings with a lower weight are not indexed (1e-8).
+        prune_fraction: α, the lowest-weight share of postings removed after indexing (Figure 2).
+        query_max_length: Query truncation, in tokens.
+        doc_max_length: Document truncation, in tokens.
+        encode_batch_size: Texts per forward pass when indexing.
+        val_k: Validation retrieval depth.
+    """
+
+    def __init__(
+        self,
+        backbone: Backbone,
+        optim: Optim | None = None,
+        vector_dim: int = 32,
+        similarity: str = "cosine",
+        bags: str = "both",
+        lambda_q: float = 1e-4,
+        lambda_d: float = 1e-4,
+        flops_warmup_steps: int = 0,
+        in_batch_negatives: bool = True,
+        kd_weight: float = 0.0,
+        prune_threshold: float = 1e-8,
+        prune_fraction: float = 0.0,
+        query_max_length: int = 32,
+        doc_max_length: int = 128,
+        encode_batch_size: int = 64,
+        val_k: int = 100,
+    ) -> None:
+        super().__init__(
+            backbone, optim, pooling="cls", query_max_length=query_max_length, doc_max_length=doc_max_length,
+            in_batch_negatives=in_batch_negatives, encode_batch_size=encode_batch_size, val_k=val_k, mlm_head=True,
+        )  # fmt: skip
+        if similarity not in SIMILARITIES:
+            raise ValueError(f"similarity must be one of {SIMILARITIES}, not {similarity!r}")
+        if bags not in BAGS:
+            raise ValueError(f"bags must be one of {BAGS}, not {bags!r}")
+        _, _, projection = mlm_head_parts(self.encoder)  # fails here on a backbone without a BERT-style MLM head
+        self.vocab_size = projection.out_features
+        hidden = self.encoder.config.hidden_size
+        self.vector_projection = torch.nn.Linear(hidden, vector_dim) if vector_dim > 0 else None  # φ_v (§3.5)
+        self.similarity, self.bags = similarity, bags
+        self.lambda_q, self.lambda_d, self.flops_warmup_steps = lambda_q, lambda_d, flops_warmup_steps
+        self.kd_weight = kd_weight
+        self.needs = frozenset({"teacher_scores"}) if kd_weight > 0 else frozenset()
+        self.prune_threshold, self.prune_fraction = prune_threshold, prune_fraction
+        self.register_buffer("special_ids", torch.tensor(self.tokenizer.all_special_ids), persistent=False)
+
+    def encode_bags(self, ids: torch.Tensor, mask: torch.Tensor) -> tuple[CsfBags, torch.Tensor]:
+        """(T, L) ids and mask → the texts' CSFs and their (T, |V|) expansion weights w_t (for FLOPS).
+
+        Sources are the text's tokens: padding, [CLS] and [SEP] neither expand nor form original CSFs.
+        """
+        source_mask = mask.bool() & ~torch.isin(ids, self.special_ids)
+        maxima, sources, hidden = max_pooled_logits(self.encoder, ids, mask, source_mask)
+        expansion = torch.log1p(torch.relu(maxima))  # w_t = max_i φ_e(x_i)[t]: φ_e is monotonic, so max first
+        _, transform, projection = mlm_head_parts(self.encoder)
+        own = (transform(hidden) * projection.weight[ids]).sum(-1) + projection.bias[ids]
+        self_weights = torch.log1p(torch.relu(own))  # E_i[x_i], the original CSFs' weights
+        vectors = None
+        if self.vector_projection is not None:
+            vectors = torch.relu(self.vector_projection(hidden))  # φ_v
+            vectors = F.normalize(vectors, dim=-1) if self.similarity == "cosine" else vectors
+        return csf_bags(expansion, sources, self_weights, ids, source_mask, vectors, self.bags), expansion
+
+    def encode_query(self, texts: list[str]) -> CsfBags:
+        """(B,) texts → their bags of CSFs."""
+        return self.encode_bags(*self._tokenize(texts, self.query_max_length))[0]
+
+    def encode_doc(self, texts: list[str]) -> CsfBags:
+        """(N,) texts → their bags of CSFs."""
+        return self.encode_bags(*self._tokenize(texts, self.doc_max_length))[0]
+
+    def score(self, queries: CsfBags, docs: CsfBags) -> torch.Tensor:
+        """Score(q, d) of §3.3 for every query and document: B and N bags → (B, N)."""
+        postings = Postings.build(docs, self.vocab_size)
+        return max_sum_scores(queries, postings, num_docs=docs.num_texts)[0]
+
+    def losses(self, batch: TrainBatch) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]:
+        """L = L_ret + λ_q·L_reg^q + λ_d·L_reg^d (§3.5), + L_KL with a teacher (CSurF_HN)."""
+        q, q_weights = self.encode_bags(*self._tokenize(batch.queries, self.query_max_length))
+        d, d_weights = self.encode_bags(*self._tokenize(batch.docs, self.doc_max_length))
+        scores = self.score(q, d)  # (B, B·G)
+        nll, accuracy = self._nll_of_scores(scores, batch)
+        warmup = quadratic_warmup(self.global_step, self.flops_warmup_steps)
+        losses = {
+            "nll": nll,
+            "flops_query": self.lambda_q * warmup * flops(q_weights),
+            "flops_doc": self.lambda_d * warmup * flops(d_weights),
+        }
+        size, group = len(batch.qids), len(batch.docids[0])
+        own_group = scores.view(size, size, group)[torch.arange(size), torch.arange(size)]  # (B, G)
+        if self.kd_weight > 0:
+            losses["kd"] = self.kd_weight * kl_distillation(own_group, batch.teacher_scores.to(scores.device))
+        diagnostics = {
+            "accuracy": accuracy,
+            "csf_per_query": q.counts().float().mean(),
+            "csf_per_doc": d.counts().float().mean(),
+            "original_share": torch.cat([q.original, d.original]).float().mean(),
+            "flops_warmup": scores.new_tensor(warmup),
+            "score/positive": own_group[:, 0].detach(),
+        }
+        return losses, diagnostics
+
+    def build_retriever(self, collection: Collection) -> CsfRetriever:
+        """Index the corpus's CSFs in inverted lists."""
+        return CsfRetriever(
+            self.encode_doc, self.encode_query, collection.corpus, self.vocab_size, self.prune_threshold,
+            self.prune_fraction, self.encode_batch_size,
+        )  # fmt: skip

@@ -1,0 +1,196 @@
+"""CSurF (csurf.md): CSF bags, the §3.3 score, FLOPS, grounding, and the inverted index against brute force."""
+
+import math
+
+import pytest
+import torch
+
+from retrieval_zoo.backbones import TinyRandomBackbone
+from retrieval_zoo.data.datamodule import TrainBatch
+from retrieval_zoo.index.csf import CsfRetriever, prune_lowest
+from retrieval_zoo.lexical.csf import CsfBags, Postings, csf_bags, max_sum_scores
+from retrieval_zoo.lexical.splade import max_pooled_logits
+from retrieval_zoo.losses import flops, quadratic_warmup
+from retrieval_zoo.methods.csurf import CSurF
+
+
+def bags(rows: list[tuple[int, int, int, float, list[float]]], num_texts: int, length: int) -> CsfBags:
+    """CSFs from (text, surface, source, weight, vector) rows."""
+    text, surface, source, weight, vector = zip(*rows, strict=True)
+    return CsfBags(torch.tensor(text), torch.tensor(surface), torch.tensor(source), torch.tensor(weight),
+                   torch.tensor(vector), torch.zeros(len(rows), dtype=torch.bool), num_texts, length)  # fmt: skip
+
+
+def test_csf_score_by_hand_on_a_toy_vocabulary() -> None:
+    # Query tokens 0 and 1. Token 0 grounds forms 5 and 7, token 1 form 9. Vectors 2-d, dot product.
+    query = bags([(0, 5, 0, 2.0, [1.0, 0.0]), (0, 7, 0, 1.0, [1.0, 0.0]), (0, 9, 1, 3.0, [0.0, 1.0])], 1, 2)
+    docs = bags(
+        [
+            (0, 5, 0, 1.0, [0.5, 0.5]),  # doc 0: form 5 twice (two sources), form 9 once
+            (0, 5, 1, 0.5, [2.0, 0.0]),
+            (0, 9, 2, 1.0, [0.0, 0.25]),
+            (1, 7, 0, 4.0, [0.25, 1.0]),  # doc 1: form 7 only; form 6 matches nothing
+            (1, 6, 1, 9.0, [1.0, 1.0]),
+        ],
+        2,
+        3,
+    )
+    # doc 0: q token 0 = max(2·1·0.5, 2·0.5·2.0) = 2.0 (form 7 unmatched); q token 1 = 3·1·0.25 = 0.75 → 2.75
+    # doc 1: q token 0 = max(form 5 unmatched, 1·4·0.25) = 1.0; q token 1 unmatched → 0 → 1.0
+    scores, columns, pairs = max_sum_scores(query, Postings.build(docs, vocab_size=10), num_docs=2)
+    assert scores.tolist() == [[2.75, 1.0]] and columns.tolist() == [0, 1] and pairs == 4
+    sparse, columns, _ = max_sum_scores(query, Postings.build(docs, vocab_size=10, doc_offset=100))
+    assert sparse.tolist() == [[2.75, 1.0]] and columns.tolist() == [100, 101]
+
+
+def test_csf_bags_ground_expansions_and_keep_a_shared_csf_once() -> None:
+    # One text of 4 positions: [CLS] a b [SEP]; |V| = 4, tokens a = 1, b = 2.
+    ids = torch.tensor([[0, 1, 2, 3]])
+    source_mask = torch.tensor([[False, True, True, False]])
+    expansion = torch.tensor([[0.0, 1.5, 0.5, 2.0]])  # forms 1, 2, 3 expanded
+    sources = torch.tensor([[0, 1, 1, 2]])  # form 1 ← a (its own token), form 2 ← a (not b), form 3 ← b
+    self_weights = torch.tensor([[9.0, 1.5, 0.25, 9.0]])  # [CLS] and [SEP] never count
+    vectors = torch.arange(8.0).view(1, 4, 2)
+    both = csf_bags(expansion, sources, self_weights, ids, source_mask, vectors, "both")
+    columns = (both.surface, both.source, both.weight, both.original)
+    rows = set(zip(*(c.tolist() for c in columns), strict=True))
+    # E: (1, a, 1.5), (2, a, 0.5), (3, b, 2.0); O: (b's own form 2, b, 0.25); a's own CSF (1, a) is already in E
+    assert rows == {(1, 1, 1.5, False), (2, 1, 0.5, False), (3, 2, 2.0, False), (2, 2, 0.25, True)}
+    assert both.vector[both.source == 2].tolist() == [[4.0, 5.0], [4.0, 5.0]] and both.tokens.tolist() == [2]
+    original = csf_bags(expansion, sources, self_weights, ids, source_mask, vectors, "original")
+    assert set(zip(original.surface.tolist(), original.source.tolist(), strict=True)) == {(1, 1), (2, 2)}
+    expanded = csf_bags(expansion, sources, self_weights, ids, source_mask, None, "expansion")
+    assert expanded.surface.tolist() == [1, 2, 3] and expanded.vector is None
+    with pytest.raises(ValueError, match="bags must be one of"):
+        csf_bags(expansion, sources, self_weights, ids, source_mask, None, "neither")
+
+
+def test_grounding_is_the_argmax_over_source_positions() -> None:
+    model = TinyRandomBackbone(hidden_size=16).load_model(mlm_head=True).eval()
+    ids = torch.randint(1000, 2000, (3, 7))
+    mask = torch.tensor([[1] * 7, [1] * 5 + [0] * 2, [1] * 3 + [0] * 4])
+    pool = mask.clone()
+    pool[:, 0] = 0  # [CLS] is no source
+    with torch.no_grad():
+        maxima, argmax, hidden = max_pooled_logits(model, ids, mask, pool, chunk=1000)
+        logits = model(input_ids=ids, attention_mask=mask).logits.masked_fill(pool.unsqueeze(-1) == 0, -torch.inf)
+    assert torch.allclose(maxima, logits.amax(1), atol=1e-5)
+    assert torch.equal(argmax, logits.argmax(1)) and hidden.shape == (3, 7, 16)
+
+
+def test_flops_and_its_warmup_by_hand() -> None:
+    weights = torch.tensor([[1.0, 0.0, 2.0], [3.0, 0.0, 0.0]])  # batch means (2, 0, 1) → 4 + 0 + 1
+    assert flops(weights).item() == 5.0
+    assert [quadratic_warmup(s, 10) for s in (0, 5, 10, 50)] == [0.0, 0.25, 1.0, 1.0]
+    assert quadratic_warmup(0, 0) == 1.0
+
+
+def literal_score(query: CsfBags, docs: CsfBags, q: int, d: int) -> float:
+    """§3.3 written as its sums and maxima, one CSF pair at a time."""
+    total = 0.0
+    for token in range(query.length):
+        best = 0.0
+        for a in ((query.text == q) & (query.source == token)).nonzero().flatten().tolist():
+            for b in ((docs.text == d) & (docs.surface == query.surface[a])).nonzero().flatten().tolist():
+                similarity = 1.0 if query.vector is None else float(query.vector[a] @ docs.vector[b])
+                best = max(best, float(query.weight[a] * docs.weight[b]) * similarity)
+        total += best
+    return total
+
+
+def sparse_model(bias: float = -0.3, **kwargs: object) -> CSurF:
+    """CSurF on a tiny random BERT whose MLM bias keeps about 1 logit in 300 positive, so bags stay small."""
+    model = CSurF(TinyRandomBackbone(hidden_size=32), **kwargs).eval()
+    with torch.no_grad():
+        model.encoder.cls.predictions.bias.fill_(bias)
+    return model
+
+
+@pytest.mark.parametrize(("vector_dim", "similarity", "kind"), [(8, "cosine", "both"), (4, "dot", "original"),
+                                                                 (0, "cosine", "expansion")])  # fmt: skip
+def test_model_score_is_the_literal_formula(vector_dim: int, similarity: str, kind: str) -> None:
+    model = sparse_model(0.0 if kind == "original" else -0.3, vector_dim=vector_dim, similarity=similarity, bags=kind)
+    with torch.no_grad():
+        query = model.encode_query(["python library", "debian"])
+        docs = model.encode_doc(["a python library for data", "debian tools", "nothing"])
+        scores = model.score(query, docs)
+    assert 0 < len(query.weight) < 2000 and (scores > 0).any()
+    for q in range(2):
+        for d in range(3):
+            assert scores[q, d].item() == pytest.approx(literal_score(query, docs, q, d), rel=1e-5)
+    if vector_dim and similarity == "cosine":
+        assert torch.allclose(query.vector.norm(dim=1)[query.vector.norm(dim=1) > 0], torch.tensor(1.0))
+
+
+def batch(teacher: bool = False) -> TrainBatch:
+    return TrainBatch(
+        qids=["q1", "q2"], queries=["python library", "debian tools"], docids=[["p1", "n1"], ["p2", "n2"]],
+        docs=["a python library for data", "other text", "debian tools and more", "more text"],
+        teacher_scores=torch.tensor([[3.0, 1.0], [2.0, 0.0]]) if teacher else None,
+    )  # fmt: skip
+
+
+def test_losses_are_named_weighted_and_reach_every_part() -> None:
+    model = CSurF(
+        TinyRandomBackbone(hidden_size=32),
+        vector_dim=4,
+        lambda_q=0.5,
+        lambda_d=0.25,
+        flops_warmup_steps=10,
+        kd_weight=2.0,
+    ).eval()  # fmt: skip (eval: no dropout, so counts repeat)
+    assert model.needs == {"teacher_scores"}
+    losses, diagnostics = model.losses(batch(teacher=True))
+    assert set(losses) == {"nll", "flops_query", "flops_doc", "kd"}
+    assert losses["flops_query"].item() == 0.0 and diagnostics["flops_warmup"].item() == 0.0  # step 0 of warm-up
+    sum(losses.values()).backward()
+    assert model.vector_projection.weight.grad.abs().sum() > 0
+    assert model.encoder.cls.predictions.transform.dense.weight.grad.abs().sum() > 0
+    q, q_weights = model.encode_bags(*model._tokenize(batch().queries, 32))
+    assert q.counts().float().mean().item() == pytest.approx(diagnostics["csf_per_query"].item())
+    assert flops(q_weights).item() > 0
+
+
+@pytest.mark.parametrize("vector_dim", [8, 0])
+def test_inverted_index_equals_brute_force_with_the_training_score(vector_dim: int, tiny) -> None:
+    model = sparse_model(vector_dim=vector_dim, doc_max_length=24)
+    docids = list(tiny.corpus)[:60]
+    corpus = {d: tiny.corpus[d] for d in docids}
+    queries = dict(list(tiny.judged_queries("dev").items())[:6])
+    # One encoder batch each way, so the index and the brute force score bit-identical CSFs.
+    retriever = CsfRetriever(model.encode_doc, model.encode_query, corpus, model.vocab_size, prune_threshold=0.0,
+                             batch_size=64, query_batch_size=8)  # fmt: skip
+    run = retriever.search(queries, k=10)
+    with torch.no_grad():
+        brute = model.score(model.encode_query(list(queries.values())), model.encode_doc(list(corpus.values())))
+    for row, qid in enumerate(queries):
+        top = brute[row].topk(10)
+        expected = {docids[i]: s for s, i in zip(top.values.tolist(), top.indices.tolist(), strict=True) if s > 0}
+        assert sorted(run[qid].values()) == sorted(expected.values())  # the very same floats
+        assert all(brute[row, docids.index(d)].item() == s for d, s in run[qid].items())
+    stats = retriever.efficiency()
+    assert stats["csf_per_doc"] == pytest.approx(len(retriever.postings.weight) / 60)
+    # E_OPS = Σ_t n̂_t^q·n̂_t^d is the average number of CSF pairs a query scores per document.
+    assert stats["pairs_per_query"] == pytest.approx(stats["e_ops"] * 60, rel=1e-4) and stats["e_ops"] > 0
+    assert stats["all_to_all_ops"] == pytest.approx(stats["tokens_per_query"] * stats["tokens_per_doc"])
+    assert retriever.nbytes > 0
+
+
+def test_pruning_removes_the_lowest_weight_fraction_and_alpha_zero_none() -> None:
+    weight = torch.tensor([0.5, 0.1, 0.9, 0.3])
+    assert prune_lowest(weight, 0.0).all()
+    assert prune_lowest(weight, 0.5).tolist() == [True, False, True, False]
+    with pytest.raises(ValueError, match="prune_fraction"):
+        prune_lowest(weight, 1.0)
+
+
+def test_pruned_index_drops_postings_and_efficiency_counts_them(tiny) -> None:
+    model = sparse_model(vector_dim=4, doc_max_length=16)
+    corpus = {d: tiny.corpus[d] for d in list(tiny.corpus)[:20]}
+    full = CsfRetriever(model.encode_doc, model.encode_query, corpus, model.vocab_size, prune_fraction=0.0)
+    half = CsfRetriever(model.encode_doc, model.encode_query, corpus, model.vocab_size, prune_fraction=0.5)
+    assert len(half.postings.weight) == len(full.postings.weight) - int(0.5 * len(full.postings.weight))
+    assert half.postings.weight.min() >= torch.quantile(full.postings.weight, 0.49)
+    half.search({"q": "python"}, 5)
+    assert half.efficiency()["postings_pruned_share"] == pytest.approx(0.5, abs=0.01)
+    assert math.isfinite(half.efficiency()["ms_per_query"])
