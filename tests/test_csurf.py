@@ -78,6 +78,21 @@ def test_grounding_is_the_argmax_over_source_positions() -> None:
     assert torch.equal(argmax, logits.argmax(1)) and hidden.shape == (3, 7, 16)
 
 
+def test_pooled_projection_backward_equals_autograd_through_the_logits() -> None:
+    model = TinyRandomBackbone(hidden_size=16).load_model(mlm_head=True).eval()  # eval: the same dropout twice
+    model.cls.predictions.bias.data.normal_()
+    model.bert.embeddings.word_embeddings.weight.data[0].normal_()  # the zero [PAD] row would tie every position
+    ids, mask = torch.randint(1000, 2000, (2, 6)), torch.tensor([[1] * 6, [1] * 4 + [0] * 2])
+    upstream = torch.randn(2, model.config.vocab_size) * (torch.rand(2, model.config.vocab_size) < 0.5)
+    parameters = [model.cls.predictions.transform.dense.weight, model.cls.predictions.decoder.weight,
+                  model.cls.predictions.bias]  # fmt: skip
+    fast = torch.autograd.grad((max_pooled_logits(model, ids, mask, chunk=1000)[0] * upstream).sum(), parameters)
+    logits = model(input_ids=ids, attention_mask=mask).logits.masked_fill(mask.unsqueeze(-1) == 0, -torch.inf)
+    naive = torch.autograd.grad((logits.amax(1) * upstream).sum(), parameters)
+    for fast_grad, naive_grad in zip(fast, naive, strict=True):
+        assert torch.allclose(fast_grad, naive_grad, rtol=1e-4, atol=1e-4)
+
+
 def test_flops_and_its_warmup_by_hand() -> None:
     weights = torch.tensor([[1.0, 0.0, 2.0], [3.0, 0.0, 0.0]])  # batch means (2, 0, 1) → 4 + 0 + 1
     assert flops(weights).item() == 5.0

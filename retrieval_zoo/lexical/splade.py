@@ -55,19 +55,49 @@ def max_pooled_logits(
     """
     encoder, transform, projection = mlm_head_parts(model)
     hidden = encoder(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
-    transformed = transform(hidden)
     pool_mask = attention_mask if pool_mask is None else pool_mask
-    padding = torch.zeros(pool_mask.shape + (1,), dtype=hidden.dtype, device=hidden.device)
-    padding = padding.masked_fill(pool_mask.unsqueeze(-1) == 0, float("-inf"))
-    maxima, positions = [], []
-    for start in range(0, projection.out_features, chunk):
-        weight = projection.weight[start : start + chunk].T.expand(hidden.shape[0], -1, -1)
-        values, argmax = torch.baddbmm(padding, transformed, weight).max(dim=1)
-        if projection.bias is not None:
-            values = values + projection.bias[start : start + chunk]
-        maxima.append(values)
-        positions.append(argmax)
-    return torch.cat(maxima, dim=1), torch.cat(positions, dim=1), hidden
+    maxima, positions = _PooledProjection.apply(transform(hidden), projection.weight, pool_mask, chunk)
+    if projection.bias is not None:  # max_i(z_iv + b_v) = max_i z_iv + b_v
+        maxima = maxima + projection.bias
+    return maxima, positions, hidden
+
+
+class _PooledProjection(torch.autograd.Function):
+    """max_i ⟨x_i, W_v⟩ over pooled positions, per vocabulary chunk, with a backward through the maxima only.
+
+    Only the winning position i*(v) of each id receives gradient: ∂/∂x_{i*(v)} += g_v·W_v and ∂/∂W_v += g_v·x_{i*(v)}.
+    The backward visits only the ids whose incoming gradient is non-zero: after log(1 + ReLU(·)) those are the
+    expanded terms, a few hundred per text, so it costs a sliver of the (B, L, |V|) projection that autograd would
+    run backwards.
+    """
+
+    @staticmethod
+    def forward(ctx, x: torch.Tensor, weight: torch.Tensor, pool_mask: torch.Tensor, chunk: int):  # noqa: ANN001, ANN205
+        padding = torch.zeros(pool_mask.shape + (1,), dtype=x.dtype, device=x.device)
+        padding = padding.masked_fill(pool_mask.unsqueeze(-1) == 0, float("-inf"))
+        maxima, positions = [], []
+        for start in range(0, weight.shape[0], chunk):
+            part = weight[start : start + chunk].T.expand(x.shape[0], -1, -1)
+            values, argmax = torch.baddbmm(padding, x, part).max(dim=1)
+            maxima.append(values)
+            positions.append(argmax)
+        argmax = torch.cat(positions, dim=1)
+        ctx.save_for_backward(x, weight, argmax)
+        ctx.mark_non_differentiable(argmax)
+        return torch.cat(maxima, dim=1), argmax
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor, _: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, None, None]:  # noqa: ANN001
+        x, weight, argmax = ctx.saved_tensors
+        grad_x, grad_weight = torch.zeros_like(x), torch.zeros_like(weight)
+        text, term = grad.nonzero(as_tuple=True)
+        step = 1 << 18  # (text, id) pairs at a time: bounded memory however dense the incoming gradient
+        for first in range(0, len(text), step):
+            t, v = text[first : first + step], term[first : first + step]
+            g, position = grad[t, v].unsqueeze(1), argmax[t, v]
+            grad_x.index_put_((t, position), g * weight[v], accumulate=True)
+            grad_weight.index_add_(0, v, g * x[t, position])
+        return grad_x, grad_weight, None, None
 
 
 def splade_vectors(
