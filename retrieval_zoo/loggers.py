@@ -106,6 +106,7 @@ def log_results(logger: Logger | bool, summary: dict) -> None:
     if tuning:
         metrics[f"eval/tuning/{tuning['parameter']}"] = tuning["value"]
     metrics |= {f"eval/complementarity/{key}": v for key, v in (summary.get("complementarity") or {}).items()}
+    metrics |= {f"eval/efficiency/{key}": v for key, v in (summary.get("efficiency") or {}).items()}
     logger.log_metrics(metrics)
     if not isinstance(logger, WandbLogger):
         return

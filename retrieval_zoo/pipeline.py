@@ -54,8 +54,8 @@ def evaluate_method(
 
     Returns:
         What ``results.json`` holds: ``metrics`` (system → measure → value), ``tuning``, ``complementarity``,
-        ``seconds``, ``index_bytes`` and ``lexical_nonzero_per_doc`` (when the retriever reports them) and the
-        collection, split, query count and depth.
+        ``seconds``, ``index_bytes``, ``lexical_nonzero_per_doc`` and ``efficiency`` (when the retriever reports
+        them) and the collection, split, query count and depth.
     """
     queries = collection.judged_queries(split)
     qrels = collection.qrels[split]
@@ -91,6 +91,9 @@ def evaluate_method(
         print(f"{name} index: {retriever.nbytes / 2**20:.2f} MiB")
     if hasattr(retriever, "lexical_nonzero"):  # open DLR slices or sparse terms per document (Table 6's tokens/doc)
         summary["lexical_nonzero_per_doc"] = float(retriever.lexical_nonzero)
+    if hasattr(retriever, "efficiency"):  # CSurF's §5.2 numbers: |C^q|, |C^d|, E_OPS, all-to-all ops, latency
+        summary["efficiency"] = retriever.efficiency()
+        print(f"{name} efficiency: " + ", ".join(f"{key} {value:.4g}" for key, value in summary["efficiency"].items()))
     if model.complementarity_parts:
         lexical, semantic = (parts[p] for p in model.complementarity_parts)
         stats = summary["complementarity"] = complementarity(lexical, semantic, qrels, roc_k)

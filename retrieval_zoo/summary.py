@@ -6,7 +6,8 @@ Every directory holding a ``results.json`` (a ``train.py`` or ``evaluate.py`` jo
 Runs are grouped by their command-line overrides with ``seed`` left out, so the seeds of one configuration form one
 group whatever sweep they came from. An ``evaluate.py run_dir=X`` job takes the overrides X was trained with, plus
 its own. Each group prints one Markdown row per system (std over seeds, n − 1 in the denominator), with the
-complementarity (RoC Eq. 1), the tuned fusion weight and the index size (MiB) where the runs have them.
+complementarity (RoC Eq. 1), the tuned fusion weight and the index size (MiB) where the runs have them, and
+CSurF's efficiency columns (|C^q|, |C^d|, E_OPS; csurf.md Table 3) when some run reports them.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from pathlib import Path
 import yaml
 
 IGNORED = ("seed=", "hydra.", "logger=", "run_dir=")
+EFFICIENCY = (("|C^q|", "csf_per_query"), ("|C^d|", "csf_per_doc"), ("E_OPS", "e_ops"))  # CSurF's Table 3 columns
 
 
 def overrides(job: Path) -> list[str]:
@@ -59,7 +61,9 @@ def summarise(jobs: Iterable[Path], measures: list[str]) -> str:
     groups: dict[str, list[dict]] = {}
     for job in sorted(jobs):
         groups.setdefault(group_key(job), []).append(json.loads((job / "results.json").read_text()))
+    efficiency = any(r.get("efficiency") for results in groups.values() for r in results)
     header = ["configuration", "system", "seeds", *measures, "RoC", "tuned weight", "index MiB"]
+    header += [label for label, _ in EFFICIENCY] if efficiency else []
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for key, results in groups.items():
         systems = [s for s in results[0]["metrics"] if all(s in r["metrics"] for r in results)]
@@ -74,6 +78,9 @@ def summarise(jobs: Iterable[Path], measures: list[str]) -> str:
             size = [r["index_bytes"] / 2**20 for r in results if r.get("index_bytes")]
             row += [mean_std(roc, 3) if fused and roc else "", mean_std(weight, 2) if fused and weight else ""]
             row += [mean_std(size, 1) if fused and size else ""]
+            for _, field in EFFICIENCY if efficiency else ():
+                values = [r["efficiency"][field] for r in results if field in (r.get("efficiency") or {})]
+                row.append(mean_std(values, 2) if fused and values else "")
             lines.append("| " + " | ".join(row) + " |")
     return "\n".join(lines)
 

@@ -128,3 +128,32 @@ def test_experiment_files_override_the_main_config() -> None:
     assert cfg.method.lambda_train == 0.0 and cfg.method._target_.endswith("CLEAR")
     assert composed("experiment=dense_minilm").method.optim.lr == 2.0e-5
     assert composed("debug=fast_dev_run").trainer.fast_dev_run == 2
+
+
+def sweep_jobs() -> list[tuple[str, list[str]]]:
+    """(experiment, overrides) of every job that ``python train.py -m experiment=<name>`` launches from its
+    ``hydra.sweeper.params``: the Cartesian product of each key's comma-separated values."""
+    jobs = []
+    for name in names("experiment"):
+        with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
+            cfg = compose(config_name="train", overrides=[f"experiment={name}"], return_hydra_config=True)
+        params = OmegaConf.select(cfg, "hydra.sweeper.params") or {}
+        combos = [[]]
+        for key, values in params.items():
+            combos = [combo + [f"{key}={value}"] for combo in combos for value in str(values).split(",")]
+        jobs += [(name, combo) for combo in combos if combo]
+    return jobs
+
+
+@pytest.mark.parametrize(("experiment", "overrides"), sweep_jobs())
+def test_every_sweep_job_composes_and_instantiates(experiment: str, overrides: list[str]) -> None:
+    cfg = composed(f"experiment={experiment}", *overrides)
+    model = instantiate(cfg.method)
+    for override in overrides:  # each swept value reaches the model
+        key, value = override.split("=")
+        assert getattr(model, key.split(".")[-1]) == pytest.approx(float(value))
+
+
+def test_the_csurf_sweep_spans_table_3s_lambdas() -> None:
+    jobs = [o for e, o in sweep_jobs() if e == "csurf_flops_sweep"]
+    assert len(jobs) == 4 and ["method.lambda_q=1.0e-1", "method.lambda_d=1.0e-3"] in jobs

@@ -7,6 +7,7 @@ import torch
 
 from retrieval_zoo.backbones import TinyRandomBackbone
 from retrieval_zoo.index.concatenated import ConcatenatedRetriever
+from retrieval_zoo.index.csf import CsfRetriever
 from retrieval_zoo.index.dense import DenseRetriever, FaissIndex
 from retrieval_zoo.index.dhr import DhrRetriever
 from retrieval_zoo.index.hybrid import HybridRetriever
@@ -14,6 +15,7 @@ from retrieval_zoo.index.sparse import SparseRetriever
 from retrieval_zoo.lexical.bm25 import BM25
 from retrieval_zoo.methods.bm25 import BM25Method
 from retrieval_zoo.methods.clear import CLEAR
+from retrieval_zoo.methods.csurf import CSurF
 from retrieval_zoo.methods.delade import DeLADE
 from retrieval_zoo.methods.dense import DenseBiEncoder
 from retrieval_zoo.methods.dhr_fusion import DhrFusion
@@ -30,8 +32,9 @@ METHODS = [
     "delade_cls",
     "dlr_bm25",
     "dlr_splade",
+    "csurf",
 ]
-INDEXES = ["lucene", "faiss_flat", "faiss_hnsw", "union", "concatenated", "gip", "sparse"]
+INDEXES = ["lucene", "faiss_flat", "faiss_hnsw", "union", "concatenated", "gip", "sparse", "inverted"]
 APPLIES = {
     "bm25": {"lucene"},
     "dense_mean": {"faiss_flat", "faiss_hnsw"},
@@ -45,6 +48,7 @@ APPLIES = {
     "delade_cls": {"faiss_flat", "faiss_hnsw", "gip", "sparse"},
     "dlr_bm25": {"gip", "sparse"},  # off-the-shelf term vectors: no single dense vector to hand to faiss
     "dlr_splade": {"gip", "sparse"},
+    "csurf": {"inverted"},  # bags of CSFs: neither one vector per text nor one term vector; inverted lists only
 }
 RETRIEVERS = {
     "lucene": BM25,
@@ -52,6 +56,7 @@ RETRIEVERS = {
     "concatenated": ConcatenatedRetriever,
     "gip": DhrRetriever,
     "sparse": SparseRetriever,
+    "inverted": CsfRetriever,
 }
 
 
@@ -67,6 +72,11 @@ def make(method: str, index: str = "gip"):
     if method.startswith("delade"):
         cls_dim = 8 if method == "delade_cls" else 0
         return DeLADE(TinyRandomBackbone(hidden_size=32), cls_dim=cls_dim, slices=slices, doc_max_length=16).eval()
+    if method == "csurf":
+        model = CSurF(TinyRandomBackbone(hidden_size=32), vector_dim=8, doc_max_length=16).eval()
+        with torch.no_grad():  # about 1 logit in 300 positive: small bags, as a trained model's
+            model.encoder.cls.predictions.bias.fill_(-0.3)
+        return model
     if method.startswith("roc"):
         fusion = "exact" if method == "roc_exact" else "projected"
         return RoC(TinyRandomBackbone(hidden_size=32), fusion_lexical=fusion, encode_batch_size=64).eval()

