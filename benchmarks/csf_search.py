@@ -87,8 +87,8 @@ def main() -> None:
     print(f"| inverted lists | {per_query['inverted lists']:.2f} | 1.00 | {stats['pairs_per_query']:,.0f} CSF pairs |")
     ratio = per_query["brute force"] / per_query["inverted lists"]
     print(f"| brute force | {per_query['brute force']:.2f} | {ratio:.2f} | {comparisons:,.0f} comparisons |")
-    print(f"\n|C^q| {stats['csf_per_query']:.1f}, |C^d| {stats['csf_per_doc']:.1f}; E_OPS {stats['e_ops']:.3f} pairs per"
-          f" (q, d) vs. all-to-all {stats['all_to_all_ops']:.0f} ({stats['tokens_per_query']:.1f} x "
+    print(f"\n|C^q| {stats['csf_per_query']:.1f}, |C^d| {stats['csf_per_doc']:.1f}; E_OPS {stats['e_ops']:.3f} "
+          f"pairs per (q, d) vs. all-to-all {stats['all_to_all_ops']:.0f} ({stats['tokens_per_query']:.1f} x "
           f"{stats['tokens_per_doc']:.1f} tokens); index {retriever.nbytes / 2**20:.1f} MiB, "
           f"pruned share {stats['postings_pruned_share']:.2f}")  # fmt: skip
 
