@@ -209,3 +209,33 @@ def test_pruned_index_drops_postings_and_efficiency_counts_them(tiny) -> None:
     half.search({"q": "python"}, 5)
     assert half.efficiency()["postings_pruned_share"] == pytest.approx(0.5, abs=0.01)
     assert math.isfinite(half.efficiency()["ms_per_query"])
+
+
+@pytest.mark.slow
+def test_two_round_csurf_hn_recipe_runs_as_documented(tiny_dir, tmp_path) -> None:
+    """Round 1 trains, evaluate.py writes its own top 100 on the training queries, round 2 trains on that run's hard
+    negatives with KL to its scores, as experiment=csurf_hn documents (SPLADE-tiny: sparse bags from the start)."""
+    import json
+
+    from tests.test_end_to_end import run_app, tiny_dataset
+
+    common = [*tiny_dataset(tiny_dir), "trainer=cpu", "trainer.max_steps=4", "trainer.log_every_n_steps=1",
+              "data.batch_size=8", "data.val_queries=10", "method.doc_max_length=32", "eval.k=100",
+              "logger=csv"]  # fmt: skip
+    first, mined = tmp_path / "round1", tmp_path / "mined"
+    run_app("train.py", "experiment=csurf", *common, "method.vector_dim=8", f"hydra.run.dir={first}")
+    results = json.loads((first / "results.json").read_text())
+    assert set(results["metrics"]) == {"BM25", "csurf"} and results["index_bytes"] > 0
+    efficiency = results["efficiency"]
+    assert efficiency["csf_per_query"] > 0 and efficiency["e_ops"] > 0 and efficiency["all_to_all_ops"] > 0
+    logged = (first / "csv" / "metrics.csv").read_text().splitlines()[0].split(",")
+    assert {"train/loss/nll", "train/loss/flops_query", "train/loss/flops_doc", "train/csf_per_doc"} <= set(logged)
+
+    run_app("evaluate.py", f"run_dir={first}", "eval.split=train", f"hydra.run.dir={mined}")
+    run = mined / "run.train.trec"
+    assert len({line.split()[0] for line in run.read_text().splitlines()}) == 120
+    second = tmp_path / "round2"
+    run_app("train.py", "experiment=csurf_hn", *common, "method.vector_dim=8", f"data.negatives_run={run}",
+            f"data.teacher_run={run}", f"hydra.run.dir={second}")  # fmt: skip
+    logged = (second / "csv" / "metrics.csv").read_text().splitlines()[0].split(",")
+    assert "train/loss/kd" in logged and (second / "results.json").exists()
