@@ -5,7 +5,7 @@ backward). The bare step replays the very token tensors the method gave its enco
 loss, and backward; the two are timed in alternation. The
 ratio is the cost of the method's machinery on top of the backbone (1.0 = free).
 
-    python -m benchmarks.train_step [--method dense|clear|roc|delade_cls] [--batch-size 64] [--negatives 1]
+    python -m benchmarks.train_step [--method dense|clear|roc|delade_cls|csurf] [--batch-size 64] [--negatives 1]
 """
 
 from __future__ import annotations
@@ -20,11 +20,12 @@ from retrieval_zoo.data.collections import embedded
 from retrieval_zoo.data.datamodule import TriplesDataModule
 from retrieval_zoo.lexical.bm25 import BM25
 from retrieval_zoo.methods.clear import CLEAR
+from retrieval_zoo.methods.csurf import CSurF
 from retrieval_zoo.methods.delade import DeLADE
 from retrieval_zoo.methods.dense import DenseBiEncoder
 from retrieval_zoo.methods.roc import RoC
 
-METHODS = {"dense": DenseBiEncoder, "clear": CLEAR, "roc": RoC, "delade_cls": DeLADE}
+METHODS = {"dense": DenseBiEncoder, "clear": CLEAR, "roc": RoC, "delade_cls": DeLADE, "csurf": CSurF}
 
 
 def main() -> None:
@@ -54,13 +55,15 @@ def main() -> None:
         model.zero_grad(set_to_none=True)
 
     # The bare step replays exactly the token tensors the method feeds its encoder (markers, truncation and all).
+    # CSurF runs the transformer and projects to the vocabulary itself: its bare step is the transformer alone.
+    encoder = model.encoder.base_model if args.method == "csurf" else model.encoder
     inputs: list[dict] = []
-    hook = model.encoder.register_forward_pre_hook(lambda _m, _a, kwargs: inputs.append(kwargs), with_kwargs=True)
+    hook = encoder.register_forward_pre_hook(lambda _m, _a, kwargs: inputs.append(kwargs), with_kwargs=True)
     method_step()
     hook.remove()
 
     def bare_step() -> None:
-        torch.stack([model.encoder(**kwargs)[0].sum() for kwargs in inputs]).sum().backward()
+        torch.stack([encoder(**kwargs)[0].sum() for kwargs in inputs]).sum().backward()
         model.zero_grad(set_to_none=True)
 
     timings = side_by_side({"bare": bare_step, "method": method_step}, repeat=args.repeat)
