@@ -71,3 +71,16 @@ def beir_layout(tiny_dir: Path, root: Path) -> Path:
     body = "".join(f"{q}\t{d}\t{r}\n" for q, _, d, r in lines)
     (root / "qrels" / "test.tsv").write_text("query-id\tcorpus-id\tscore\n" + body)
     return root
+
+
+def two_query_batch(teacher: bool = False):
+    """A two-query training batch (one positive, one negative each), with teacher scores when asked."""
+    import torch
+
+    from retrieval_zoo.data.datamodule import TrainBatch
+
+    return TrainBatch(
+        qids=["q1", "q2"], queries=["python library", "debian tools"], docids=[["p1", "n1"], ["p2", "n2"]],
+        docs=["a python library for data", "other text", "debian tools and more", "more text"],
+        teacher_scores=torch.tensor([[3.0, 1.0], [2.0, 0.0]]) if teacher else None,
+    )  # fmt: skip

@@ -6,12 +6,12 @@ import pytest
 import torch
 
 from retrieval_zoo.backbones import TinyRandomBackbone
-from retrieval_zoo.data.datamodule import TrainBatch
 from retrieval_zoo.index.csf import CsfRetriever, prune_lowest
 from retrieval_zoo.lexical.csf import CsfBags, Postings, csf_bags, max_sum_scores
 from retrieval_zoo.lexical.splade import max_pooled_logits
 from retrieval_zoo.losses import flops, quadratic_warmup
 from retrieval_zoo.methods.csurf import CSurF
+from tests.conftest import two_query_batch as batch
 
 
 def bags(rows: list[tuple[int, int, int, float, list[float]]], num_texts: int, length: int) -> CsfBags:
@@ -135,14 +135,6 @@ def test_model_score_is_the_literal_formula(vector_dim: int, similarity: str, ki
             assert scores[q, d].item() == pytest.approx(literal_score(query, docs, q, d), rel=1e-5)
     if vector_dim and similarity == "cosine":
         assert torch.allclose(query.vector.norm(dim=1)[query.vector.norm(dim=1) > 0], torch.tensor(1.0))
-
-
-def batch(teacher: bool = False) -> TrainBatch:
-    return TrainBatch(
-        qids=["q1", "q2"], queries=["python library", "debian tools"], docids=[["p1", "n1"], ["p2", "n2"]],
-        docs=["a python library for data", "other text", "debian tools and more", "more text"],
-        teacher_scores=torch.tensor([[3.0, 1.0], [2.0, 0.0]]) if teacher else None,
-    )  # fmt: skip
 
 
 def test_losses_are_named_weighted_and_reach_every_part() -> None:

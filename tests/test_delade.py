@@ -2,10 +2,10 @@ import pytest
 import torch
 
 from retrieval_zoo.backbones import TinyRandomBackbone
-from retrieval_zoo.data.datamodule import TrainBatch
 from retrieval_zoo.lexical.delade import delade_vectors, delade_vectors_naive
 from retrieval_zoo.losses import kl_distillation
 from retrieval_zoo.methods.delade import DeLADE
+from tests.conftest import two_query_batch as batch
 
 
 def test_delade_vectors_by_hand() -> None:
@@ -45,14 +45,6 @@ def test_kl_distillation_by_hand() -> None:
     assert kl_distillation(teacher, teacher).item() == pytest.approx(0.0, abs=1e-7)
     with pytest.raises(ValueError, match="differ"):
         kl_distillation(student, teacher[:, :1])
-
-
-def batch(teacher: bool = False) -> TrainBatch:
-    return TrainBatch(
-        qids=["q1", "q2"], queries=["python library", "debian tools"], docids=[["p1", "n1"], ["p2", "n2"]],
-        docs=["a python library for data", "other text", "debian tools and more", "more text"],
-        teacher_scores=torch.tensor([[3.0, 1.0], [2.0, 0.0]]) if teacher else None,
-    )  # fmt: skip
 
 
 def test_training_score_is_eq_13_and_losses_are_named() -> None:
