@@ -129,19 +129,20 @@ def kl_distillation(student: torch.Tensor, teacher: torch.Tensor) -> torch.Tenso
                     reduction="batchmean")  # fmt: skip
 
 
-def flops(weights: torch.Tensor) -> torch.Tensor:
+def flops(mean_weights: torch.Tensor) -> torch.Tensor:
     """FLOPS regulariser (Paria et al. 2020; csurf.md §3.5, L_reg): Σ_t (mean over the batch of w_t)².
 
     Squaring the batch mean (not each w_t) penalises terms that are non-zero in many texts of the batch, a smooth
     proxy of the expected number of multiplications of an inverted-index search (SPLADE's form).
 
     Args:
-        weights: (T, V) non-negative term weights w_t of T texts.
+        mean_weights: (V,) the mean of the non-negative term weights w_t over the texts of the batch: ``w.mean(0)``
+            of (T, V) weights, or :func:`retrieval_zoo.distributed.global_mean` over the global batch under DDP.
 
     Returns:
         Scalar.
     """
-    return weights.mean(dim=0).pow(2).sum()
+    return mean_weights.pow(2).sum()
 
 
 def quadratic_warmup(step: int, warmup_steps: int) -> float:

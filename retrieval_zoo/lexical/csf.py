@@ -19,6 +19,8 @@ from dataclasses import dataclass, fields
 
 import torch
 
+from retrieval_zoo.distributed import gather_rows, row_counts, world
+
 BAGS = ("both", "original", "expansion")
 
 
@@ -103,6 +105,25 @@ def csf_bags(
     vector = None if vectors is None else vectors[text, source]
     tokens = source_mask.sum(1)
     return CsfBags(text, surface, source, weight, vector, original, input_ids.shape[0], input_ids.shape[1], tokens)
+
+
+def gather_bags(bags: CsfBags) -> tuple[CsfBags, int]:
+    """Every rank's bags as one, texts renumbered in rank order, with gradients (in-batch negatives under DDP).
+
+    Returns:
+        The bags of all ranks' texts, and the index of this rank's first text among them.
+    """
+    if world()[1] == 1:
+        return bags, 0
+    texts = row_counts(bags.num_texts)
+    rank = world()[0]
+    first = sum(texts[:rank])
+    rows = {name: gather_rows(getattr(bags, name))[0] for name in ("surface", "source", "weight", "original")}
+    owner, _ = gather_rows(bags.text + first)
+    vector = None if bags.vector is None else gather_rows(bags.vector)[0]
+    tokens = None if bags.tokens is None else gather_rows(bags.tokens)[0]
+    length = max(row_counts(bags.length))
+    return CsfBags(owner, **rows, vector=vector, num_texts=sum(texts), length=length, tokens=tokens), first
 
 
 @dataclass

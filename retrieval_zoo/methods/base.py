@@ -121,14 +121,14 @@ class RetrievalMethod(L.LightningModule):
         losses, diagnostics = self.losses(batch)
         total = torch.stack(list(losses.values())).sum()
         size = len(batch.qids)
-        for name, value in losses.items():
-            self.log(f"train/loss/{name}", value, batch_size=size)
+        for name, value in losses.items():  # under DDP, the mean over ranks: the global batch's loss
+            self.log(f"train/loss/{name}", value, batch_size=size, sync_dist=True)
         for name, value in diagnostics.items():
             if value.numel() == 1:
                 self.log(f"train/{name}", value, batch_size=size)
             else:
                 self._log_distribution(f"train/{name}", value.detach(), size)
-        self.log("train/loss", total, prog_bar=True, batch_size=size)
+        self.log("train/loss", total, prog_bar=True, batch_size=size, sync_dist=True)
         return total
 
     def _log_distribution(self, name: str, values: torch.Tensor, batch_size: int) -> None:

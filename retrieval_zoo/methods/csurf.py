@@ -18,8 +18,9 @@ import torch.nn.functional as F
 from retrieval_zoo.backbones import Backbone
 from retrieval_zoo.data.collections import Collection
 from retrieval_zoo.data.datamodule import TrainBatch
+from retrieval_zoo.distributed import global_mean
 from retrieval_zoo.index.csf import CsfRetriever
-from retrieval_zoo.lexical.csf import BAGS, CsfBags, Postings, csf_bags, max_sum_scores
+from retrieval_zoo.lexical.csf import BAGS, CsfBags, Postings, csf_bags, gather_bags, max_sum_scores
 from retrieval_zoo.lexical.splade import max_pooled_logits, mlm_head_parts
 from retrieval_zoo.losses import flops, kl_distillation, quadratic_warmup
 from retrieval_zoo.methods.base import Optim
@@ -41,6 +42,7 @@ class CSurF(DenseBiEncoder):
         lambda_d: λ_d of the document FLOPS term.
         flops_warmup_steps: Steps over which both λ rise quadratically from 0 (0 = no warm-up).
         in_batch_negatives: Score each query against every document of the batch.
+        gather_across_devices: Under DDP, in-batch negatives are the global batch's documents (with gradients).
         kd_weight: Weight of KL(teacher ‖ model) over each query's group (L_HN); > 0 needs ``data.teacher_run``.
         prune_threshold: Postings with a lower weight are not indexed (1e-8).
         prune_fraction: α, the lowest-weight share of postings removed after indexing (Figure 2).
@@ -61,6 +63,7 @@ class CSurF(DenseBiEncoder):
         lambda_d: float = 1e-4,
         flops_warmup_steps: int = 0,
         in_batch_negatives: bool = True,
+        gather_across_devices: bool = True,
         kd_weight: float = 0.0,
         prune_threshold: float = 1e-8,
         prune_fraction: float = 0.0,
@@ -71,7 +74,8 @@ class CSurF(DenseBiEncoder):
     ) -> None:
         super().__init__(
             backbone, optim, pooling="cls", query_max_length=query_max_length, doc_max_length=doc_max_length,
-            in_batch_negatives=in_batch_negatives, encode_batch_size=encode_batch_size, val_k=val_k, mlm_head=True,
+            in_batch_negatives=in_batch_negatives, gather_across_devices=gather_across_devices,
+            encode_batch_size=encode_batch_size, val_k=val_k, mlm_head=True,
         )  # fmt: skip
         if similarity not in SIMILARITIES:
             raise ValueError(f"similarity must be one of {SIMILARITIES}, not {similarity!r}")
@@ -119,19 +123,26 @@ class CSurF(DenseBiEncoder):
         return max_sum_scores(queries, postings, num_docs=docs.num_texts)[0]
 
     def losses(self, batch: TrainBatch) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]:
-        """L = L_ret + λ_q·L_reg^q + λ_d·L_reg^d (§3.5), + L_KL with a teacher (CSurF_HN)."""
+        """L = L_ret + λ_q·L_reg^q + λ_d·L_reg^d (§3.5), + L_KL with a teacher (CSurF_HN).
+
+        Under DDP the in-batch negatives are the global batch's documents (``gather_across_devices``) and FLOPS
+        takes the mean weights of the global batch, so every rank's loss is its share of the single-device loss.
+        """
         q, q_weights = self.encode_bags(*self._tokenize(batch.queries, self.query_max_length))
         d, d_weights = self.encode_bags(*self._tokenize(batch.docs, self.doc_max_length))
-        scores = self.score(q, d)  # (B, B·G)
-        nll, accuracy = self._nll_of_scores(scores, batch)
+        gather = self.in_batch_negatives and self.gather_across_devices
+        candidates, first = gather_bags(d) if gather else (d, 0)
+        scores = self.score(q, candidates)  # (B, N): N documents of the batch (of the global batch when gathered)
+        nll, accuracy = self._nll_of_scores(scores, batch, first)
         warmup = quadratic_warmup(self.global_step, self.flops_warmup_steps)
         losses = {
             "nll": nll,
-            "flops_query": self.lambda_q * warmup * flops(q_weights),
-            "flops_doc": self.lambda_d * warmup * flops(d_weights),
+            "flops_query": self.lambda_q * warmup * flops(global_mean(q_weights)),
+            "flops_doc": self.lambda_d * warmup * flops(global_mean(d_weights)),
         }
         size, group = len(batch.qids), len(batch.docids[0])
-        own_group = scores.view(size, size, group)[torch.arange(size), torch.arange(size)]  # (B, G)
+        columns = first + torch.arange(size, device=scores.device)[:, None] * group
+        own_group = scores.gather(1, columns + torch.arange(group, device=scores.device))  # (B, G)
         if self.kd_weight > 0:
             losses["kd"] = self.kd_weight * kl_distillation(own_group, batch.teacher_scores.to(scores.device))
         diagnostics = {

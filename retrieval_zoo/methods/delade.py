@@ -37,6 +37,7 @@ class DeLADE(DenseBiEncoder):
         cls_dim: Width of the [CLS] projection (128 in the paper); 0 = DeLADE alone.
         lambda_cls: λ of Eq. 13–14.
         in_batch_negatives: Score each query against every document of the batch (Eq. 17 as trained).
+        gather_across_devices: Under DDP, in-batch negatives are the global batch's documents (with gradients).
         kd_weight: Weight of KL(teacher ‖ fused score) over each query's group; > 0 needs ``data.teacher_run``.
         kd_lexical_weight: Weight of the same KL on the lexical score alone (the reference code's optional term).
         kd_semantic_weight: Weight of the same KL on the [CLS] score alone.
@@ -60,6 +61,7 @@ class DeLADE(DenseBiEncoder):
         cls_dim: int = 128,
         lambda_cls: float = 1.0,
         in_batch_negatives: bool = True,
+        gather_across_devices: bool = True,
         kd_weight: float = 0.0,
         kd_lexical_weight: float = 0.0,
         kd_semantic_weight: float = 0.0,
@@ -77,7 +79,8 @@ class DeLADE(DenseBiEncoder):
     ) -> None:
         super().__init__(
             backbone, optim, pooling="cls", query_max_length=query_max_length, doc_max_length=doc_max_length,
-            in_batch_negatives=in_batch_negatives, encode_batch_size=encode_batch_size, val_k=val_k, mlm_head=True,
+            in_batch_negatives=in_batch_negatives, gather_across_devices=gather_across_devices,
+            encode_batch_size=encode_batch_size, val_k=val_k, mlm_head=True,
         )  # fmt: skip
         hidden = self.encoder.config.hidden_size  # DistilBERT's config maps hidden_size to its dim
         self.vocab_size = self.encoder.get_output_embeddings().out_features

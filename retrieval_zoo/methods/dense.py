@@ -14,6 +14,7 @@ from transformers import PreTrainedTokenizerBase
 from retrieval_zoo.backbones import Backbone
 from retrieval_zoo.data.collections import Collection
 from retrieval_zoo.data.datamodule import TrainBatch
+from retrieval_zoo.distributed import gather_rows
 from retrieval_zoo.index.dense import DenseRetriever
 from retrieval_zoo.losses import group_targets, in_batch_accuracy, listwise_nll
 from retrieval_zoo.methods.base import Optim, RetrievalMethod
@@ -30,6 +31,8 @@ class DenseBiEncoder(RetrievalMethod):
         query_max_length: Query truncation, in tokens.
         doc_max_length: Document truncation, in tokens.
         in_batch_negatives: Score each query against every document of the batch, not only its group.
+        gather_across_devices: Under DDP, in-batch negatives are the documents of the global batch, gathered from
+            every rank with their gradients (:mod:`retrieval_zoo.distributed`); False keeps each rank's own.
         temperature: Scores are divided by it inside the softmax (1.0 = plain DPR).
         index_factory: faiss factory string of the retrieval index.
         encode_batch_size: Texts per forward pass when encoding a corpus.
@@ -45,6 +48,7 @@ class DenseBiEncoder(RetrievalMethod):
         query_max_length: int = 32,
         doc_max_length: int = 128,
         in_batch_negatives: bool = True,
+        gather_across_devices: bool = True,
         temperature: float = 1.0,
         index_factory: str = "Flat",
         encode_batch_size: int = 128,
@@ -59,6 +63,7 @@ class DenseBiEncoder(RetrievalMethod):
         self.encoder = backbone.load_model(mlm_head=mlm_head).train()
         self.query_max_length, self.doc_max_length = query_max_length, doc_max_length
         self.in_batch_negatives, self.temperature = in_batch_negatives, temperature
+        self.gather_across_devices = gather_across_devices
         self.index_factory, self.encode_batch_size = index_factory, encode_batch_size
 
     def _tokenize(self, texts: list[str], max_length: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -94,16 +99,33 @@ class DenseBiEncoder(RetrievalMethod):
     def _listwise_nll(self, q: torch.Tensor, d: torch.Tensor, batch: TrainBatch) -> tuple[torch.Tensor, torch.Tensor]:
         """NLL of each query's positive (DPR Eq. 2), and the in-batch accuracy: (B, H), (B·G, H) → two scalars.
 
-        The candidates are the query's own group, or all B·G documents of the batch with in-batch negatives.
+        The candidates are the query's own group, or every document of the batch with in-batch negatives (of the
+        global batch under DDP, with ``gather_across_devices``).
         """
-        return self._nll_of_scores(self.score(q, d), batch)
+        first = 0
+        if self.in_batch_negatives and self.gather_across_devices:
+            d, first = gather_rows(d)
+        return self._nll_of_scores(self.score(q, d), batch, first)
 
-    def _nll_of_scores(self, scores: torch.Tensor, batch: TrainBatch) -> tuple[torch.Tensor, torch.Tensor]:
-        """NLL and in-batch accuracy from the (B, B·G) scores of every query against every document of the batch."""
+    def _nll_of_scores(
+        self, scores: torch.Tensor, batch: TrainBatch, first_doc: int = 0
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """NLL and in-batch accuracy from the scores of the batch's queries against documents that hold its own.
+
+        Args:
+            scores: (B, N) scores of this batch's B queries against N documents, among which this batch's B·G
+                documents (row-major groups) start at column ``first_doc`` (N = B·G on one device; the global
+                batch's documents under DDP).
+            batch: The batch.
+            first_doc: Column of this batch's first document.
+        """
         size, group = len(batch.qids), len(batch.docids[0])
-        if not self.in_batch_negatives:
-            scores = scores.view(size, size, group)[torch.arange(size), torch.arange(size)]
-        targets = group_targets(size, group, self.in_batch_negatives, scores.device)
+        positives = first_doc + group_targets(size, group, True, scores.device)  # column of each query's positive
+        if self.in_batch_negatives:
+            targets = positives
+        else:
+            scores = scores.gather(1, positives[:, None] + torch.arange(group, device=scores.device))  # (B, G)
+            targets = group_targets(size, group, False, scores.device)
         scores = scores / self.temperature
         return listwise_nll(scores, targets), in_batch_accuracy(scores, targets)
 

@@ -50,6 +50,7 @@ class RoC(DenseBiEncoder):
         ortho_weight: Weight of the orthogonality loss (Eq. 9: 1; 0 turns embedding-level orthogonality off).
         mask_fraction: Share of exact-match document tokens masked at training (Eq. 10: 0.15; 0 turns it off).
         in_batch_negatives: Also score each query against every other document of the batch.
+        gather_across_devices: Under DDP, in-batch negatives are the global batch's documents (with gradients).
         fusion_lexical: Lexical score fused at retrieval: ``projected`` (q_lex·d_lex, Eq. 11 as the paper does) or
             ``exact`` (Lucene BM25 over the union of both sides' top ``retrieval_depth``, the naive sum).
         retrieval_depth: Candidates taken from each side when ``fusion_lexical`` is ``exact``.
@@ -77,6 +78,7 @@ class RoC(DenseBiEncoder):
         ortho_weight: float = 1.0,
         mask_fraction: float = 0.15,
         in_batch_negatives: bool = False,
+        gather_across_devices: bool = True,
         fusion_lexical: str = "projected",
         retrieval_depth: int = 1000,
         lambda_sem: float = 1.0,
@@ -91,7 +93,8 @@ class RoC(DenseBiEncoder):
     ) -> None:
         super().__init__(
             backbone, optim, pooling="cls", query_max_length=query_max_length, doc_max_length=doc_max_length,
-            in_batch_negatives=in_batch_negatives, index_factory=index_factory, encode_batch_size=encode_batch_size,
+            in_batch_negatives=in_batch_negatives, gather_across_devices=gather_across_devices,
+            index_factory=index_factory, encode_batch_size=encode_batch_size,
             val_k=val_k,
         )  # fmt: skip
         if tune_measure not in MEASURES:
