@@ -14,6 +14,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from retrieval_zoo.loggers import finish, log_results, make_logger
 from retrieval_zoo.pipeline import build_collection_and_bm25, evaluate_method, identity, run_config
+from retrieval_zoo.resume import AtomicCheckpointIO, find_checkpoint
 
 
 @hydra.main(config_path="conf", config_name="train", version_base="1.3")
@@ -35,9 +36,15 @@ def main(cfg: DictConfig) -> dict[str, dict[str, float]]:
         if model.trainable:
             datamodule = instantiate(cfg.data, _partial_=True)(collection=collection, bm25=bm25, needs=model.needs)
             checkpoint = instantiate(cfg.checkpoint, dirpath=str(out_dir / "checkpoints"))
+            steps = instantiate(cfg.checkpoint_steps, dirpath=str(out_dir / "checkpoints"))
+            extra = [instantiate(callback) for callback in cfg.callbacks.values()]
             make_trainer = instantiate(cfg.trainer, _partial_=True)
-            trainer = make_trainer(default_root_dir=str(out_dir), logger=logger, callbacks=[checkpoint])
-            trainer.fit(model, datamodule=datamodule, ckpt_path=cfg.resume_from)
+            trainer = make_trainer(default_root_dir=str(out_dir), logger=logger, callbacks=[checkpoint, steps, *extra],
+                                   plugins=[AtomicCheckpointIO()])  # fmt: skip
+            resume = find_checkpoint(cfg.resume_from, out_dir, config)
+            if resume:
+                print(f"[train] resuming from {resume}")
+            trainer.fit(model, datamodule=datamodule, ckpt_path=resume)
             if not trainer.is_global_zero:  # under DDP, rank 0 alone evaluates and writes the results
                 return {}
             best = checkpoint.best_model_path or checkpoint.last_model_path

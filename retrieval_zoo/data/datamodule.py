@@ -13,10 +13,11 @@ from dataclasses import dataclass
 
 import lightning as L
 import torch
-from torch.utils.data import DataLoader, Dataset
+from torch.utils.data import DataLoader
 
 from retrieval_zoo.data.collections import Collection, check_ids
 from retrieval_zoo.data.formats import Run, read_run
+from retrieval_zoo.data.loaders import GroupDataset, ResumableLoader
 from retrieval_zoo.data.lookups import PairTable, precompute_fields, restrict_to_teacher
 from retrieval_zoo.data.negatives import GroupSampling, ShardedEpochSampler, negative_pool
 from retrieval_zoo.lexical.bm25 import BM25
@@ -47,21 +48,6 @@ class TrainBatch:
     bm25_query_vectors: list[dict[str, float]] | None = None
     bm25_doc_vectors: list[dict[str, float]] | None = None
     teacher_scores: torch.Tensor | None = None
-
-
-class GroupDataset(Dataset):
-    """Map-style dataset indexed by (query index, epoch), as yielded by :class:`ShardedEpochSampler`."""
-
-    def __init__(self, qids: list[str], sampling: GroupSampling) -> None:
-        self.qids, self.sampling = qids, sampling
-
-    def __len__(self) -> int:
-        return len(self.qids)
-
-    def __getitem__(self, item: tuple[int, int]) -> tuple[str, list[str]]:
-        index, epoch = item
-        qid = self.qids[index]
-        return qid, self.sampling.group(qid, epoch)
 
 
 class TriplesDataModule(L.LightningDataModule):
@@ -117,6 +103,8 @@ class TriplesDataModule(L.LightningDataModule):
         self.teacher_run, self.val_split, self.val_queries = teacher_run, val_split, val_queries
         self.num_workers, self.holdout_queries = num_workers, holdout_queries
         self.sampling: GroupSampling | None = None
+        self.train_loader: ResumableLoader | None = None
+        self.resume_position: dict[str, int] | None = None
 
     def setup(self, stage: str | None = None) -> None:
         """Build the pool and sampling, and precompute every BM25 and teacher field, once, before training."""
@@ -175,12 +163,12 @@ class TriplesDataModule(L.LightningDataModule):
         return (trainer.global_rank, trainer.world_size) if trainer is not None else (0, 1)
 
     def train_dataloader(self) -> DataLoader:
-        """Per-rank groups: ``batch_size / world_size`` queries each, from a distinct shard."""
+        """Per-rank groups: ``batch_size / world_size`` queries each, from a distinct shard; resumable mid-epoch."""
         rank, world = self._world()
         if self.batch_size % world:
             raise ValueError(f"data.batch_size={self.batch_size} does not divide by the world size {world}")
         sampler = ShardedEpochSampler(len(self.train_qids), self.seed, rank, world)
-        return DataLoader(
+        self.train_loader = ResumableLoader(
             GroupDataset(self.train_qids, self.sampling),
             batch_size=self.batch_size // world,
             sampler=sampler,
@@ -188,7 +176,31 @@ class TriplesDataModule(L.LightningDataModule):
             collate_fn=self.collate,
             num_workers=self.num_workers,
             persistent_workers=self.num_workers > 0,
+            generator=torch.Generator().manual_seed(self.seed),  # workers' seeds never draw from the global RNG
         )
+        if self.resume_position is not None:
+            self.train_loader.load_state_dict(self.resume_position)
+            self.resume_position = None
+        return self.train_loader
+
+    def state_dict(self) -> dict[str, int]:
+        """Saved in checkpoints: the training epoch and how many of its batches were trained on."""
+        return self.train_loader.state_dict() if self.train_loader is not None else {}
+
+    def load_state_dict(self, state: dict[str, int]) -> None:
+        """Resume the sampler where the checkpoint's run stopped (applied when the training loader is built)."""
+        if state:
+            self.resume_position = state
+            if self.train_loader is not None:
+                self.train_loader.load_state_dict(state)
+
+    def on_before_batch_transfer(self, batch: object, dataloader_idx: int) -> object:
+        """Count the training batches of the epoch as they reach the training step (the resume position)."""
+        if self.trainer is not None and self.trainer.training and isinstance(batch, TrainBatch):
+            epoch, batches = self.train_loader.consumed
+            current = self.trainer.current_epoch
+            self.train_loader.consumed = (current, batches + 1 if epoch == current else 1)
+        return batch
 
     def val_dataloader(self) -> DataLoader:
         """Batches of validation query ids; the method retrieves for them over the whole corpus."""

@@ -77,7 +77,8 @@ class ShardedEpochSampler(torch.utils.data.Sampler[tuple[int, int]]):
     """Yields (query index, epoch): a seeded shuffle per epoch, then this rank's contiguous-stride shard.
 
     Every rank sees the same number of indices (the tail that does not divide evenly is dropped, as
-    ``DistributedSampler(drop_last=True)`` does), so no rank waits on another at the last step.
+    ``DistributedSampler(drop_last=True)`` does), so no rank waits on another at the last step. After
+    :meth:`resume_at`, the next pass over that epoch starts where a killed run stopped.
 
     Args:
         num_items: Training queries.
@@ -90,6 +91,11 @@ class ShardedEpochSampler(torch.utils.data.Sampler[tuple[int, int]]):
     def __init__(self, num_items: int, seed: int, rank: int = 0, world_size: int = 1, shuffle: bool = True) -> None:
         self.num_items, self.seed, self.rank, self.world_size, self.shuffle = num_items, seed, rank, world_size, shuffle
         self.epoch = 0
+        self.skip: tuple[int, int] = (0, 0)  # (epoch, indices of it already trained on)
+
+    def resume_at(self, epoch: int, consumed: int) -> None:
+        """Skip this rank's first ``consumed`` indices of ``epoch`` on the next pass over it (mid-epoch resume)."""
+        self.skip = (epoch, consumed)
 
     def set_epoch(self, epoch: int) -> None:
         """Called by Lightning at the start of each epoch."""
@@ -103,4 +109,7 @@ class ShardedEpochSampler(torch.utils.data.Sampler[tuple[int, int]]):
         if self.shuffle:
             np.random.default_rng([self.seed, self.epoch]).shuffle(order)
         shard = order[: len(self) * self.world_size][self.rank :: self.world_size]
-        return iter((int(i), self.epoch) for i in shard)
+        skip_epoch, consumed = self.skip
+        self.skip = (0, 0)
+        start = consumed if skip_epoch == self.epoch else 0
+        return iter((int(i), self.epoch) for i in shard[start:])

@@ -18,6 +18,7 @@ from retrieval_zoo.data.datamodule import TrainBatch
 from retrieval_zoo.data.formats import Qrels, Run
 from retrieval_zoo.evaluation import MEASURES, evaluate
 from retrieval_zoo.loggers import log_histogram
+from retrieval_zoo.resume import RNG_KEY, RandomState
 
 QUANTILES = (0.1, 0.5, 0.9)
 
@@ -94,6 +95,7 @@ class RetrievalMethod(L.LightningModule):
         self.validating_in_fit = False  # True while validation indexes the corpus: methods skip encoding caches
         self._val_run: Run = {}
         self._val_retriever: Retriever | None = None
+        self._random_state = RandomState()
 
     # --- what a method supplies -------------------------------------------------------------------------
     def losses(self, batch: TrainBatch) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]:
@@ -116,6 +118,22 @@ class RetrievalMethod(L.LightningModule):
         return {part: retriever.side(part, queries, k) for part in self.complementarity_parts or ()}
 
     # --- shared training ----------------------------------------------------------------------------------
+    def _generators(self) -> dict[str, torch.Generator]:
+        """The method's own random generators (e.g. RoC's masking), saved and restored with checkpoints."""
+        return {name: value for name, value in vars(self).items() if isinstance(value, torch.Generator)}
+
+    def on_save_checkpoint(self, checkpoint: dict) -> None:
+        """Save the random states, so a resumed run draws what an uninterrupted one would."""
+        checkpoint[RNG_KEY] = RandomState.capture(self._generators())
+
+    def on_load_checkpoint(self, checkpoint: dict) -> None:
+        """Keep the saved random states for the first resumed step."""
+        self._random_state.restore_later(checkpoint.get(RNG_KEY))
+
+    def on_train_batch_start(self, batch: TrainBatch, batch_idx: int) -> None:
+        """On the first step after a resume, restore the random states saved with the checkpoint."""
+        self._random_state.apply(self._generators())
+
     def training_step(self, batch: TrainBatch, batch_idx: int) -> torch.Tensor:
         """Sum the method's named losses; log each as ``train/loss/<name>`` and diagnostics as ``train/<name>``."""
         losses, diagnostics = self.losses(batch)
