@@ -11,6 +11,7 @@ import pytest
 import torch
 import yaml
 
+from retrieval_zoo.compare import main as compare_main
 from retrieval_zoo.data.negatives import ShardedEpochSampler
 from retrieval_zoo.resume import RandomState, find_checkpoint
 from tests.test_end_to_end import run_app, tiny_dataset
@@ -91,3 +92,10 @@ def test_killed_run_resumes_and_ends_like_an_uninterrupted_one(tiny_dir: Path, t
     assert resumed["metrics"]["dense"] == pytest.approx(uninterrupted["metrics"]["dense"], abs=1e-6)
     last = torch.load(killed / "checkpoints" / "last.ckpt", map_location="cpu", weights_only=False)
     assert last["global_step"] == 14
+
+    # The two output directories compared on their dev queries (qrels from the run's dataset config), BM25 first.
+    table = compare_main([str(whole), str(killed), "--bm25", "--measures", "MRR@10", "--out", str(tmp_path / "cmp")])
+    assert "Baseline: BM25." in table and "| dense (killed) | MRR@10 |" in table
+    rows = json.loads((tmp_path / "cmp" / "comparison.json").read_text())["rows"]
+    assert rows[0]["wins"] + rows[0]["losses"] + rows[0]["ties"] == 30
+    assert {k: v for k, v in rows[1].items() if k != "system"} == {k: v for k, v in rows[0].items() if k != "system"}
