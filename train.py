@@ -18,8 +18,8 @@ from retrieval_zoo.resume import AtomicCheckpointIO, find_checkpoint
 
 
 @hydra.main(config_path="conf", config_name="train", version_base="1.3")
-def main(cfg: DictConfig) -> dict[str, dict[str, float]]:
-    """Train → index → search → evaluate; returns the metrics table."""
+def main(cfg: DictConfig) -> dict[str, dict[str, float]] | float:
+    """Train → index → search → evaluate; returns the metrics table, or with ``objective`` the method's value of it."""
     out_dir = Path(HydraConfig.get().runtime.output_dir)
     L.seed_everything(cfg.seed, workers=True)
     torch.set_float32_matmul_precision("high")
@@ -46,7 +46,7 @@ def main(cfg: DictConfig) -> dict[str, dict[str, float]]:
                 print(f"[train] resuming from {resume}")
             trainer.fit(model, datamodule=datamodule, ckpt_path=resume)
             if not trainer.is_global_zero:  # under DDP, rank 0 alone evaluates and writes the results
-                return {}
+                return 0.0 if cfg.objective else {}
             best = checkpoint.best_model_path or checkpoint.last_model_path
             if best:
                 model.load_state_dict(torch.load(best, map_location="cpu", weights_only=False)["state_dict"])
@@ -57,6 +57,8 @@ def main(cfg: DictConfig) -> dict[str, dict[str, float]]:
             eval_cfg.tune_queries, eval_cfg.roc_k, eval_cfg.explain,
         )  # fmt: skip
         log_results(logger, summary)
+        if cfg.objective:  # what an optimising sweeper (Optuna) maximises
+            return summary["metrics"][summary["system"]][cfg.objective]
         return summary["metrics"]
     except Exception:
         traceback.print_exc()  # at once: a multirun would only report it after its last job

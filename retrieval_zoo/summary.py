@@ -1,6 +1,6 @@
 """Summarise runs over seeds: mean ± std of each system's metrics, grouped by configuration.
 
-    python -m retrieval_zoo.summary /tmp/runs/sweep_a /tmp/runs/sweep_b [--measures MRR@10 R@100 MAP@1000]
+    python -m retrieval_zoo.summary /tmp/runs/sweep_a /tmp/runs/sweep_b [--measures MRR@10 R@100] [--csv sweep.csv]
 
 Every directory holding a ``results.json`` (a ``train.py`` or ``evaluate.py`` job) below the given paths is one run.
 Runs are grouped by their command-line overrides with ``seed`` left out, so the seeds of one configuration form one
@@ -13,12 +13,16 @@ CSurF's efficiency columns (|C^q|, |C^d|, E_OPS; csurf.md Table 3) when some run
 from __future__ import annotations
 
 import argparse
+import csv
+import io
 import json
 import statistics
 from collections.abc import Iterable
 from pathlib import Path
 
 import yaml
+
+from retrieval_zoo.cache import atomic_path
 
 IGNORED = ("seed=", "hydra.", "logger=", "run_dir=")
 EFFICIENCY = (("|C^q|", "csf_per_query"), ("|C^d|", "csf_per_doc"), ("E_OPS", "e_ops"))  # CSurF's Table 3 columns
@@ -56,15 +60,15 @@ def method_system(result: dict) -> str:
     return own[0] if own else ""
 
 
-def summarise(jobs: Iterable[Path], measures: list[str]) -> str:
-    """A Markdown table: one row per (configuration, system)."""
+def summary_rows(jobs: Iterable[Path], measures: list[str]) -> tuple[list[str], list[list[str]]]:
+    """The header and one row per (configuration, system)."""
     groups: dict[str, list[dict]] = {}
     for job in sorted(jobs):
         groups.setdefault(group_key(job), []).append(json.loads((job / "results.json").read_text()))
     efficiency = any(r.get("efficiency") for results in groups.values() for r in results)
     header = ["configuration", "system", "seeds", *measures, "RoC", "tuned weight", "index MiB"]
     header += [label for label, _ in EFFICIENCY] if efficiency else []
-    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    rows = []
     for key, results in groups.items():
         systems = [s for s in results[0]["metrics"] if all(s in r["metrics"] for r in results)]
         for system in systems:
@@ -81,8 +85,24 @@ def summarise(jobs: Iterable[Path], measures: list[str]) -> str:
             for _, field in EFFICIENCY if efficiency else ():
                 values = [r["efficiency"][field] for r in results if field in (r.get("efficiency") or {})]
                 row.append(mean_std(values, 2) if fused and values else "")
-            lines.append("| " + " | ".join(row) + " |")
-    return "\n".join(lines)
+            rows.append(row)
+    return header, rows
+
+
+def summarise(jobs: Iterable[Path], measures: list[str]) -> str:
+    """A Markdown table: one row per (configuration, system)."""
+    header, rows = summary_rows(jobs, measures)
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    return "\n".join(lines + ["| " + " | ".join(row) + " |" for row in rows])
+
+
+def write_csv(path: Path, jobs: Iterable[Path], measures: list[str]) -> None:
+    """The same table as CSV (``mean ± std`` cells as text), written atomically."""
+    header, rows = summary_rows(jobs, measures)
+    buffer = io.StringIO()
+    csv.writer(buffer).writerows([header, *rows])
+    with atomic_path(path) as tmp:
+        tmp.write_text(buffer.getvalue())
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -90,11 +110,14 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("paths", nargs="+", type=Path, help="sweep or run directories")
     parser.add_argument("--measures", nargs="+", default=["MRR@10", "R@100", "MAP@1000"])
+    parser.add_argument("--csv", type=Path, help="also write the table as CSV to this file")
     args = parser.parse_args(argv)
     jobs = [p.parent for path in args.paths for p in path.rglob("results.json")]
     if not jobs:
         raise SystemExit(f"no results.json under {', '.join(map(str, args.paths))}")
     print(summarise(jobs, args.measures))
+    if args.csv:
+        write_csv(args.csv, jobs, args.measures)
 
 
 if __name__ == "__main__":

@@ -5,8 +5,9 @@ from pathlib import Path
 import lightning as L
 import pytest
 from hydra import compose, initialize_config_dir
+from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.errors import InstantiationException
-from hydra.utils import instantiate
+from hydra.utils import get_class, instantiate
 from omegaconf import OmegaConf
 
 from retrieval_zoo.backbones import Backbone
@@ -130,9 +131,19 @@ def test_experiment_files_override_the_main_config() -> None:
     assert composed("debug=fast_dev_run").trainer.fast_dev_run == 2
 
 
+def swept_values(key: str, value: object) -> list[object]:
+    """The values a sweeper tries for ``key``, read by Hydra's own override parser: every value of a list, choice or
+    range (the basic sweeper's and Optuna's), and both ends of an Optuna interval."""
+    (override,) = OverridesParser.create().parse_overrides([f"{key}={value}"])
+    if override.is_discrete_sweep():
+        return list(override.sweep_iterator())
+    interval = override.value()
+    return [interval.start, interval.end]
+
+
 def sweep_jobs() -> list[tuple[str, list[str]]]:
-    """(experiment, overrides) of every job that ``python train.py -m experiment=<name>`` launches from its
-    ``hydra.sweeper.params``: the Cartesian product of each key's comma-separated values."""
+    """(experiment, overrides) of the jobs ``python train.py -m experiment=<name>`` launches from its
+    ``hydra.sweeper.params``: the Cartesian product of each key's values (an interval's two ends)."""
     jobs = []
     for name in names("experiment"):
         with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
@@ -140,7 +151,7 @@ def sweep_jobs() -> list[tuple[str, list[str]]]:
         params = OmegaConf.select(cfg, "hydra.sweeper.params") or {}
         combos = [[]]
         for key, values in params.items():
-            combos = [combo + [f"{key}={value}"] for combo in combos for value in str(values).split(",")]
+            combos = [combo + [f"{key}={value}"] for combo in combos for value in swept_values(key, values)]
         jobs += [(name, combo) for combo in combos if combo]
     return jobs
 
@@ -156,4 +167,30 @@ def test_every_sweep_job_composes_and_instantiates(experiment: str, overrides: l
 
 def test_the_csurf_sweep_spans_table_3s_lambdas() -> None:
     jobs = [o for e, o in sweep_jobs() if e == "csurf_flops_sweep"]
-    assert len(jobs) == 4 and ["method.lambda_q=1.0e-1", "method.lambda_d=1.0e-3"] in jobs
+    assert len(jobs) == 4 and ["method.lambda_q=0.1", "method.lambda_d=0.001"] in jobs
+
+
+def test_the_optuna_sweep_searches_clears_margin() -> None:
+    jobs = [o for e, o in sweep_jobs() if e == "clear_optuna"]
+    assert ["method.lambda_train=0.0", "method.xi=0.5"] in jobs and len(jobs) == 6
+
+
+@pytest.mark.parametrize(
+    ("override", "target"),
+    [
+        ("hydra/launcher=slurm", "hydra_plugins.hydra_submitit_launcher.submitit_launcher.SlurmLauncher"),
+        ("hydra/sweeper=optuna_tpe", "hydra_plugins.hydra_optuna_sweeper.optuna_sweeper.OptunaSweeper"),
+    ],
+)
+def test_cluster_launcher_and_optuna_sweeper_compose(override: str, target: str) -> None:
+    """The optional plugins' configs (the ``sweeps`` extra) compose with train.py's, and their classes import."""
+    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
+        cfg = compose(config_name="train", overrides=[override, "experiment=clear_optuna"], return_hydra_config=True)
+    group = override.split("=")[0].split("/")[1]
+    assert cfg.hydra[group]._target_ == target
+    get_class(target)
+    assert cfg.objective == "MRR@10" and cfg.hydra.sweeper.direction == "maximize"
+    if group == "launcher":
+        assert (
+            cfg.hydra.launcher.tasks_per_node == cfg.hydra.launcher.gpus_per_node and cfg.hydra.launcher.max_num_timeout
+        )

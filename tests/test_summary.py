@@ -1,3 +1,4 @@
+import csv
 import json
 from pathlib import Path
 
@@ -26,8 +27,11 @@ def test_seeds_of_one_configuration_form_one_row(tmp_path, capsys) -> None:
     job(tmp_path / "a" / "0", ["method=roc", "experiment=roc_e", "seed=1", "logger=csv"], 0.6, roc=0.3, weight=1.0)
     job(tmp_path / "b" / "0", ["method=roc", "seed=2", "experiment=roc_e"], 0.8, roc=0.0, weight=2.0)
     job(tmp_path / "a" / "1", ["method=roc", "experiment=roc_i", "seed=1"], 0.7, size=3 * 2**19)
-    main([str(tmp_path / "a"), str(tmp_path / "b"), "--measures", "MRR@10"])
+    main([str(tmp_path / "a"), str(tmp_path / "b"), "--measures", "MRR@10", "--csv", str(tmp_path / "sweep.csv")])
     rows = [line.split(" | ") for line in capsys.readouterr().out.splitlines()[2:]]
+    table = list(csv.reader((tmp_path / "sweep.csv").open()))
+    assert table[0][:4] == ["configuration", "system", "seeds", "MRR@10"] and len(table) == len(rows) + 1
+    assert ["experiment=roc_e method=roc", "roc", "2", "0.7000 ± 0.1414", "0.150 ± 0.212", "1.50 ± 0.71", ""] in table
     by = {(r[0].lstrip("| "), r[1]): r[2:] for r in rows}
     # mean 0.7, sample std sqrt(((0.6-0.7)^2 + (0.8-0.7)^2) / 1) = 0.1414; RoC 0.15 ± 0.212; weight 1.5 ± 0.71
     assert by[("experiment=roc_e method=roc", "roc")] == ["2", "0.7000 ± 0.1414", "0.150 ± 0.212", "1.50 ± 0.71", " |"]
