@@ -56,7 +56,7 @@ def main(cfg: DictConfig) -> dict[str, dict[str, float]] | float:
             model, collection, bm25, collection.eval_split, eval_cfg.k, out_dir, names["method"],
             eval_cfg.tune_queries, eval_cfg.roc_k, eval_cfg.explain,
         )  # fmt: skip
-        log_results(logger, summary)
+        log_results(logger, summary, out_dir)
         if cfg.objective:  # what an optimising sweeper (Optuna) maximises
             return summary["metrics"][summary["system"]][cfg.objective]
         return summary["metrics"]

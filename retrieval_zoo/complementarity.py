@@ -75,3 +75,30 @@ def venn_figure(stats: dict[str, float], path: str | Path, title: str) -> Path:
         figure.savefig(tmp, format="png", dpi=120, bbox_inches="tight")
     plt.close(figure)
     return path
+
+
+def first_relevant_rank(ranking: dict[str, float], relevant: set[str]) -> int | None:
+    """1-based rank of the first relevant document of ``ranking`` in trec_eval's order, None if none is retrieved."""
+    return next((rank for rank, (docid, _) in enumerate(ranked(ranking), 1) if docid in relevant), None)
+
+
+def moved_queries(baseline: Run, system: Run, qrels: Qrels, queries: dict[str, str], count: int = 5) -> list[dict]:
+    """The queries where ``system`` moved the first relevant document most, up and down, against ``baseline``.
+
+    CLEAR's Tables 3–4 in numbers: for each judged query, the first relevant document's rank in the baseline (BM25)
+    and in the system; a document not retrieved counts one past the deeper run's depth. Returns ``count`` rows moved
+    up most (largest baseline rank − system rank) then ``count`` moved down most, each with qid, query, the ranks and
+    the shift.
+    """
+    depth = max((len(r) for r in (*baseline.values(), *system.values())), default=0) + 1
+    rows = []
+    for qid, rels in judged(qrels).items():
+        relevant = {d for d, g in rels.items() if g > 0}
+        before = first_relevant_rank(baseline.get(qid, {}), relevant) or depth
+        after = first_relevant_rank(system.get(qid, {}), relevant) or depth
+        rows.append({"qid": qid, "query": queries.get(qid, ""), "baseline_rank": before, "system_rank": after,
+                     "shift": before - after})  # fmt: skip
+    rows.sort(key=lambda row: (-row["shift"], row["qid"]))
+    up = [dict(row, direction="up") for row in rows[:count] if row["shift"] > 0]
+    down = [dict(row, direction="down") for row in reversed(rows[-count:]) if row["shift"] < 0]
+    return up + down

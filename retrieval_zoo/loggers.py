@@ -45,6 +45,7 @@ def make_logger(
     config: dict,
     project: str = "retrieval_zoo",
     entity: str | None = None,
+    log_artifacts: bool = False,
 ) -> Logger | bool:
     """Build the Lightning logger named by ``kind`` (``wandb``, ``csv`` or ``none``).
 
@@ -57,6 +58,8 @@ def make_logger(
         config: The resolved run config, with method, backbone and dataset at its top.
         project: wandb project.
         entity: wandb entity (team), or None for the default.
+        log_artifacts: Upload checkpoints (Lightning's ``log_model``) and the run files and results
+            (:func:`log_results`) as wandb artifacts.
     """
     if kind == "none":
         return False
@@ -67,8 +70,9 @@ def make_logger(
     mode = wandb_mode()
     Path(save_dir).mkdir(parents=True, exist_ok=True)
     logger = WandbLogger(
-        name=run_name, save_dir=save_dir, project=project, entity=entity, group=group, tags=tags, mode=mode
-    )
+        name=run_name, save_dir=save_dir, project=project, entity=entity, group=group, tags=tags, mode=mode,
+        log_model=log_artifacts,
+    )  # fmt: skip
     logger.experiment.config.update(config, allow_val_change=True)
     return logger
 
@@ -90,7 +94,7 @@ def log_histogram(loggers: list[Logger], name: str, values: torch.Tensor, step: 
             logger.experiment.log({name: wandb.Histogram(values.cpu().numpy()), "trainer/global_step": step})
 
 
-def log_results(logger: Logger | bool, summary: dict) -> None:
+def log_results(logger: Logger | bool, summary: dict, out_dir: Path | None = None) -> None:
     """Log a run's evaluation: ``eval/<system>/<measure>``, and any tuned weight with its whole curve.
 
     Args:
@@ -98,6 +102,7 @@ def log_results(logger: Logger | bool, summary: dict) -> None:
         summary: What :func:`retrieval_zoo.pipeline.evaluate_method` returns; its ``tuning`` may hold
             the tuned ``parameter``, its ``value`` and its ``curve`` (:func:`retrieval_zoo.evaluation.tuning_record`),
             and, for a hybrid, its ``complementarity`` and figure.
+        out_dir: The run's directory: with ``log_artifacts``, its TREC runs and results.json become an artifact.
     """
     if not logger:
         return
@@ -119,3 +124,14 @@ def log_results(logger: Logger | bool, summary: dict) -> None:
         logger.experiment.log({"eval/tuning/curve": wandb.plot.line(table, parameter, measure, title=title)})
     if summary.get("complementarity_figure"):
         logger.experiment.log({"eval/complementarity/venn": wandb.Image(summary["complementarity_figure"])})
+    moved = summary.get("moved_queries") or []
+    if moved:  # CLEAR's Tables 3-4: where the method moved the relevant document most against BM25
+        columns = ["direction", "qid", "query", "baseline_rank", "system_rank", "shift"]
+        rows = [[row[c] for c in columns] for row in moved]
+        logger.experiment.log({"eval/moved_queries": wandb.Table(columns=columns, data=rows)})
+    logger.experiment.summary.update(metrics)  # the evaluation in the run summary, for the runs table
+    if getattr(logger, "_log_model", False) and out_dir is not None:
+        artifact = wandb.Artifact(f"runs-{logger.experiment.id}", type="run-files")
+        for path in [*sorted(out_dir.glob("run.*.trec")), out_dir / "results.json"]:
+            artifact.add_file(str(path))
+        logger.experiment.log_artifact(artifact)

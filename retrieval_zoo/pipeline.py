@@ -11,7 +11,7 @@ from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
 from retrieval_zoo.cache import atomic_path, write_json
-from retrieval_zoo.complementarity import complementarity, venn_figure
+from retrieval_zoo.complementarity import complementarity, moved_queries, venn_figure
 from retrieval_zoo.data.collections import Collection
 from retrieval_zoo.data.formats import as_written, write_run
 from retrieval_zoo.evaluation import evaluate, format_table
@@ -54,14 +54,15 @@ def evaluate_method(
 
     Returns:
         What ``results.json`` holds: ``metrics`` (system → measure → value), ``tuning``, ``complementarity``,
-        ``seconds``, ``index_bytes``, ``lexical_nonzero_per_doc`` and ``efficiency`` (when the retriever reports
+        ``seconds``, ``moved_queries`` (the queries whose first relevant document the method moved most against
+        BM25, up and down), ``index_bytes``, ``lexical_nonzero_per_doc`` and ``efficiency`` (when the retriever reports
         them) and the collection, split, query count and depth.
     """
     queries = collection.judged_queries(split)
     qrels = collection.qrels[split]
     if model.trainable:
         model.eval().to("cuda" if torch.cuda.is_available() else "cpu")
-    results, timings, tuning, parts = {}, {}, {}, {}
+    results, timings, tuning, parts, runs = {}, {}, {}, {}, {}
     for system, run_name in (("BM25", f"run.{split}.bm25.trec"), (name, f"run.{split}.trec")):
         started = time.perf_counter()
         retriever = bm25 if system == "BM25" else model.build_retriever(collection)
@@ -70,7 +71,7 @@ def evaluate_method(
             held_out = {q: train_queries[q] for q in collection.tuning_qids(tune_queries)}
             train_qrels = collection.qrels[collection.train_split]
             tuning = model.tune(retriever, held_out, {q: train_qrels[q] for q in held_out})
-        run = as_written(retriever.search(queries, k))  # scored as trec_eval scores the written file
+        run = runs[system] = as_written(retriever.search(queries, k))  # scored as trec_eval scores the written file
         timings[system] = time.perf_counter() - started
         write_run(out_dir / run_name, run, tag=system)
         results[system] = evaluate(run, qrels)
@@ -86,6 +87,7 @@ def evaluate_method(
     summary["split"] = split
     summary |= {"queries": len(queries), "k": k}
     summary |= {"metrics": results, "seconds": timings, "tuning": tuning, "complementarity": {}}
+    summary["moved_queries"] = moved_queries(runs["BM25"], runs[name], qrels, queries)  # CLEAR's Tables 3-4
     if hasattr(retriever, "nbytes"):  # the method's index size (DLR/DHR indexes report theirs)
         summary["index_bytes"] = int(retriever.nbytes)
         print(f"{name} index: {retriever.nbytes / 2**20:.2f} MiB")

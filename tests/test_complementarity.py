@@ -29,3 +29,17 @@ def test_venn_figure_is_a_png(tmp_path) -> None:
     stats = complementarity({"q1": {"a": 1.0}}, {"q2": {"b": 1.0}}, QRELS)
     path = venn_figure(stats, tmp_path / "roc.png", "toy")
     assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_moved_queries_rank_the_relevant_documents_shifts() -> None:
+    from retrieval_zoo.complementarity import moved_queries
+
+    qrels = {"a": {"r": 1}, "b": {"r": 1}, "c": {"r": 1}, "d": {"r": 1}}
+    baseline = {"a": {"x": 3.0, "y": 2.0, "r": 1.0}, "b": {"r": 5.0}, "c": {"x": 1.0}, "d": {"r": 1.0, "x": 0.5}}
+    system = {"a": {"r": 9.0, "x": 1.0}, "b": {"x": 2.0, "r": 1.0}, "c": {"r": 1.0}, "d": {"x": 3.0, "y": 2.0}}
+    rows = moved_queries(baseline, system, qrels, {"a": "query a"}, count=2)
+    # a: 3 → 1 (+2); c: not retrieved (depth 3 + 1 = 4) → 1 (+3); b: 1 → 2 (−1); d: 1 → not retrieved 4 (−3)
+    assert [(r["qid"], r["direction"], r["baseline_rank"], r["system_rank"]) for r in rows] == [
+        ("c", "up", 4, 1), ("a", "up", 3, 1), ("d", "down", 1, 4), ("b", "down", 1, 2),
+    ]  # fmt: skip
+    assert rows[1]["query"] == "query a" and rows[2]["shift"] == -3

@@ -37,8 +37,9 @@ def tiny_dataset(tiny_dir: Path) -> list[str]:
 def test_train_then_evaluate(tiny_dir: Path, tmp_path: Path) -> None:
     out = tmp_path / "train"
     stdout = run_app(
-        "train.py", *tiny_dataset(tiny_dir), "backbone=tiny_random", "logger=wandb", "trainer=cpu",
-        "trainer.max_epochs=2", "data.batch_size=8", "data.val_queries=10", "eval.k=100", f"hydra.run.dir={out}",
+        "train.py", *tiny_dataset(tiny_dir), "backbone=tiny_random", "logger=wandb", "logger.log_artifacts=true",
+        "trainer=cpu", "trainer.max_epochs=2", "data.batch_size=8", "data.val_queries=10", "eval.k=100",
+        f"hydra.run.dir={out}",
     )  # fmt: skip
     assert "| BM25 |" in stdout and "| dense |" in stdout
     results = json.loads((out / "results.json").read_text())
@@ -48,6 +49,15 @@ def test_train_then_evaluate(tiny_dir: Path, tmp_path: Path) -> None:
     assert list((out / "checkpoints").glob("epoch*.ckpt"))
     offline_runs = list((out / "wandb").glob("offline-run-*"))
     assert offline_runs, "wandb should have written an offline run"
+    records = next(offline_runs[0].glob("run-*.wandb")).read_bytes()  # the records `wandb sync` uploads
+    for key in (b"eval/dense/MRR@10", b"eval/BM25/MRR@10", b"train/loss/nll", b"backbone:tiny_random", b"run-files"):
+        assert key in records, key  # summary metrics, loss components, tags, the artifact of run files
+    (table,) = (offline_runs[0] / "files" / "media" / "table" / "eval").glob("moved_queries_*.table.json")
+    moved = json.loads(table.read_text())
+    assert moved["columns"][:3] == ["direction", "qid", "query"] and moved["data"] == [
+        [r["direction"], r["qid"], r["query"], r["baseline_rank"], r["system_rank"], r["shift"]]
+        for r in results["moved_queries"]
+    ]
     config = (out / "run_config.yaml").read_text().splitlines()
     assert config[:3] == ["method_name: dense", "backbone_name: tiny_random", "dataset_name: msmarco_passage"]
 
