@@ -6,6 +6,7 @@ python evaluate.py method=bm25 dataset=msmarco_passage dataset.root=/data/msmarc
 
 from __future__ import annotations
 
+from functools import partial
 from pathlib import Path
 
 import hydra
@@ -14,7 +15,7 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
-from retrieval_zoo.pipeline import build_collection_and_bm25, evaluate_method
+from retrieval_zoo.pipeline import build_collection_and_bm25, encode_for_index, evaluate_method
 
 
 def load_trained(run_dir: Path, cfg: DictConfig) -> object:
@@ -50,7 +51,8 @@ def apply_overrides(trained: DictConfig, cfg: DictConfig, overrides: list[str]) 
     """The trained run's config, with what the command line gave on top.
 
     ``dataset`` and ``bm25`` given on the command line replace the trained run's whole (another collection has other
-    keys); ``eval.*`` and ``method.*`` keys replace single values (e.g. ``method.lambda_test_grid``), with
+    keys); ``trainer`` and ``encode`` are always this command's (the devices that encode the corpus); ``eval.*``
+    and ``method.*`` keys replace single values (e.g. ``method.lambda_test_grid``), with
     ``method=<the trained method>`` on the command line so that Hydra composes those keys.
     """
     keys = override_keys(overrides)
@@ -64,6 +66,8 @@ def apply_overrides(trained: DictConfig, cfg: DictConfig, overrides: list[str]) 
                 trained.dataset_name = cfg.dataset_name
     if "eval" not in trained:  # runs written before eval was saved with them
         trained.eval = given["eval"]
+    for group in ("trainer", "encode"):  # where and how this evaluation encodes the corpus, not how the run trained
+        OmegaConf.update(trained, group, given[group], merge=False)
     for key in sorted(k for k in keys if k.startswith(("eval.", "method."))):
         OmegaConf.update(trained, key, OmegaConf.select(cfg, key, throw_on_missing=True), merge=False)
     return trained
@@ -98,6 +102,10 @@ def main(cfg: DictConfig) -> dict[str, dict[str, float]]:
         model = instantiate(cfg.method)
     name = str(cfg.method_name)
     collection, bm25 = build_collection_and_bm25(cfg)
+    make_trainer = partial(instantiate(cfg.trainer, _partial_=True), default_root_dir=str(out_dir))
+    shards, rank_zero = encode_for_index(model, collection, make_trainer, cfg.encode)  # every rank its share
+    if not rank_zero:  # under DDP, rank 0 alone searches and evaluates
+        return {}
     split = cfg.eval.split or collection.eval_split
     summary = evaluate_method(
         model,
@@ -110,6 +118,7 @@ def main(cfg: DictConfig) -> dict[str, dict[str, float]]:
         cfg.eval.tune_queries,
         cfg.eval.get("roc_k", 10),
         cfg.eval.get("explain", 0),
+        shards,
     )
     return summary["metrics"]
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import traceback
+from functools import partial
 from pathlib import Path
 
 import hydra
@@ -13,7 +14,7 @@ from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
 from retrieval_zoo.loggers import finish, log_results, make_logger
-from retrieval_zoo.pipeline import build_collection_and_bm25, evaluate_method, identity, run_config
+from retrieval_zoo.pipeline import build_collection_and_bm25, encode_for_index, evaluate_method, identity, run_config
 from retrieval_zoo.resume import AtomicCheckpointIO, find_checkpoint
 
 
@@ -38,23 +39,26 @@ def main(cfg: DictConfig) -> dict[str, dict[str, float]] | float:
             checkpoint = instantiate(cfg.checkpoint, dirpath=str(out_dir / "checkpoints"))
             steps = instantiate(cfg.checkpoint_steps, dirpath=str(out_dir / "checkpoints"))
             extra = [instantiate(callback) for callback in cfg.callbacks.values()]
-            make_trainer = instantiate(cfg.trainer, _partial_=True)
-            trainer = make_trainer(default_root_dir=str(out_dir), logger=logger, callbacks=[checkpoint, steps, *extra],
-                                   plugins=[AtomicCheckpointIO()])  # fmt: skip
+            trainer = instantiate(cfg.trainer, _partial_=True)(
+                default_root_dir=str(out_dir), logger=logger, callbacks=[checkpoint, steps, *extra],
+                plugins=[AtomicCheckpointIO()],
+            )  # fmt: skip
             resume = find_checkpoint(cfg.resume_from, out_dir, config)
             if resume:
                 print(f"[train] resuming from {resume}")
             trainer.fit(model, datamodule=datamodule, ckpt_path=resume)
-            if not trainer.is_global_zero:  # under DDP, rank 0 alone evaluates and writes the results
-                return 0.0 if cfg.objective else {}
             best = checkpoint.best_model_path or checkpoint.last_model_path
             if best:
                 model.load_state_dict(torch.load(best, map_location="cpu", weights_only=False)["state_dict"])
                 print(f"[train] best checkpoint: {best}")
+        make_trainer = partial(instantiate(cfg.trainer, _partial_=True), default_root_dir=str(out_dir))
+        shards, rank_zero = encode_for_index(model, collection, make_trainer, cfg.encode)  # every rank its share
+        if not rank_zero:  # under DDP, rank 0 alone evaluates and writes the results
+            return 0.0 if cfg.objective else {}
         eval_cfg = cfg.eval
         summary = evaluate_method(
             model, collection, bm25, collection.eval_split, eval_cfg.k, out_dir, names["method"],
-            eval_cfg.tune_queries, eval_cfg.roc_k, eval_cfg.explain,
+            eval_cfg.tune_queries, eval_cfg.roc_k, eval_cfg.explain, shards,
         )  # fmt: skip
         log_results(logger, summary, out_dir)
         if cfg.objective:  # what an optimising sweeper (Optuna) maximises

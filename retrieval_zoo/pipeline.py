@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Callable
 from pathlib import Path
 
+import lightning as L
 import torch
 from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
@@ -15,6 +17,8 @@ from retrieval_zoo.complementarity import complementarity, moved_queries, venn_f
 from retrieval_zoo.data.collections import Collection
 from retrieval_zoo.data.formats import as_written, write_run
 from retrieval_zoo.evaluation import evaluate, format_table
+from retrieval_zoo.index.predict import encode_corpus
+from retrieval_zoo.index.shards import CorpusShards
 from retrieval_zoo.lexical.bm25 import BM25
 from retrieval_zoo.methods.base import RetrievalMethod
 
@@ -42,6 +46,7 @@ def evaluate_method(
     tune_queries: int = 0,
     roc_k: int = 10,
     explain: int = 0,
+    shards: CorpusShards | None = None,
 ) -> dict:
     """Retrieve ``split``'s judged queries with ``model`` and with BM25, write runs and results, print the table.
 
@@ -51,6 +56,7 @@ def evaluate_method(
     (``model.complementarity_parts``), also RoC's complementarity of its two sides at ``roc_k`` (Eq. 1) and its
     Venn figure ``roc.<split>.png``. With ``explain`` > 0 and a retriever that can explain its matches (DLR/DHR),
     ``explain.<split>.jsonl`` lists the matched terms of the top 3 documents of the first ``explain`` queries.
+    ``shards``: the corpus as the model encoded it (:func:`encode_for_index`); without them it is encoded here.
 
     Returns:
         What ``results.json`` holds: ``metrics`` (system → measure → value), ``tuning``, ``complementarity``,
@@ -65,7 +71,7 @@ def evaluate_method(
     results, timings, tuning, parts, runs = {}, {}, {}, {}, {}
     for system, run_name in (("BM25", f"run.{split}.bm25.trec"), (name, f"run.{split}.trec")):
         started = time.perf_counter()
-        retriever = bm25 if system == "BM25" else model.build_retriever(collection)
+        retriever = bm25 if system == "BM25" else model.build_retriever(collection, shards)
         if system == name and tune_queries:
             train_queries = collection.queries[collection.train_split]
             held_out = {q: train_queries[q] for q in collection.tuning_qids(tune_queries)}
@@ -110,6 +116,18 @@ def evaluate_method(
             tmp.write_text("\n".join(lines) + "\n")
     write_json(out_dir / "results.json", summary)
     return summary
+
+
+def encode_for_index(
+    model: RetrievalMethod, collection: Collection, make_trainer: Callable[..., L.Trainer], encode: DictConfig
+) -> tuple[CorpusShards | None, bool]:
+    """The corpus encoded by ``model`` in shards, by Lightning predict under the run's trainer.
+
+    Returns:
+        The shards (``encode.shard_size`` documents each, under ``encode.cache_dir``) or None for a method that
+        indexes without encoding, and whether this process is rank 0 (the one that goes on to evaluate).
+    """
+    return encode_corpus(model, collection, make_trainer, encode.shard_size, encode.cache_dir)
 
 
 def build_collection_and_bm25(cfg: DictConfig) -> tuple[Collection, BM25]:

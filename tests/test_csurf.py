@@ -6,7 +6,8 @@ import pytest
 import torch
 
 from retrieval_zoo.backbones import TinyRandomBackbone
-from retrieval_zoo.index.csf import CsfRetriever, prune_lowest
+from retrieval_zoo.index.csf import CsfRetriever, encode_bags_payload, prune_lowest
+from retrieval_zoo.index.shards import CorpusShards
 from retrieval_zoo.lexical.csf import CsfBags, Postings, csf_bags, max_sum_scores
 from retrieval_zoo.lexical.splade import max_pooled_logits
 from retrieval_zoo.losses import flops, quadratic_warmup
@@ -165,8 +166,8 @@ def test_inverted_index_equals_brute_force_with_the_training_score(vector_dim: i
     corpus = {d: tiny.corpus[d] for d in docids}
     queries = dict(list(tiny.judged_queries("dev").items())[:6])
     # One encoder batch each way, so the index and the brute force score bit-identical CSFs.
-    retriever = CsfRetriever(model.encode_doc, model.encode_query, corpus, model.vocab_size, prune_threshold=0.0,
-                             batch_size=64, query_batch_size=8)  # fmt: skip
+    retriever = CsfRetriever(model.encode_query, bag_shards(model, corpus, 64), model.vocab_size, prune_threshold=0.0,
+                             query_batch_size=8)  # fmt: skip
     run = retriever.search(queries, k=10)
     with torch.no_grad():
         brute = model.score(model.encode_query(list(queries.values())), model.encode_doc(list(corpus.values())))
@@ -176,11 +177,17 @@ def test_inverted_index_equals_brute_force_with_the_training_score(vector_dim: i
         assert sorted(run[qid].values()) == sorted(expected.values())  # the very same floats
         assert all(brute[row, docids.index(d)].item() == s for d, s in run[qid].items())
     stats = retriever.efficiency()
-    assert stats["csf_per_doc"] == pytest.approx(len(retriever.postings.weight) / 60)
+    assert stats["csf_per_doc"] == pytest.approx(retriever.postings_count / 60)
     # E_OPS = Σ_t n̂_t^q·n̂_t^d is the average number of CSF pairs a query scores per document.
     assert stats["pairs_per_query"] == pytest.approx(stats["e_ops"] * 60, rel=1e-4) and stats["e_ops"] > 0
     assert stats["all_to_all_ops"] == pytest.approx(stats["tokens_per_query"] * stats["tokens_per_doc"])
     assert retriever.nbytes > 0
+
+
+def bag_shards(model: CSurF, corpus: dict[str, str], size: int) -> CorpusShards:
+    """``corpus``'s bags of CSFs in shards of ``size`` documents, each encoded in one batch."""
+    encode = lambda ids: encode_bags_payload(model.encode_doc, [corpus[d] for d in ids], size)  # noqa: E731
+    return CorpusShards.on_demand(list(corpus), encode, size)
 
 
 def test_pruning_removes_the_lowest_weight_fraction_and_alpha_zero_none() -> None:
@@ -194,10 +201,12 @@ def test_pruning_removes_the_lowest_weight_fraction_and_alpha_zero_none() -> Non
 def test_pruned_index_drops_postings_and_efficiency_counts_them(tiny) -> None:
     model = sparse_model(vector_dim=4, doc_max_length=16)
     corpus = {d: tiny.corpus[d] for d in list(tiny.corpus)[:20]}
-    full = CsfRetriever(model.encode_doc, model.encode_query, corpus, model.vocab_size, prune_fraction=0.0)
-    half = CsfRetriever(model.encode_doc, model.encode_query, corpus, model.vocab_size, prune_fraction=0.5)
-    assert len(half.postings.weight) == len(full.postings.weight) - int(0.5 * len(full.postings.weight))
-    assert half.postings.weight.min() >= torch.quantile(full.postings.weight, 0.49)
+    full = CsfRetriever(model.encode_query, bag_shards(model, corpus, 7), model.vocab_size, prune_fraction=0.0)
+    half = CsfRetriever(model.encode_query, bag_shards(model, corpus, 7), model.vocab_size, prune_fraction=0.5)
+    assert len(half.shards) == 3  # α is the share of the whole corpus's postings, whatever the shards
+    assert half.postings_count == full.postings_count - int(0.5 * full.postings_count)
+    weights = {name: torch.cat([p.weight for p, _ in r.shards]) for name, r in (("full", full), ("half", half))}
+    assert weights["half"].min() >= torch.quantile(weights["full"], 0.49)
     half.search({"q": "python"}, 5)
     assert half.efficiency()["postings_pruned_share"] == pytest.approx(0.5, abs=0.01)
     assert math.isfinite(half.efficiency()["ms_per_query"])

@@ -1,5 +1,9 @@
 """Every method × index pair that applies, on a tiny random backbone created here (skips only where a pair
-cannot apply: BM25 has no vectors for faiss, a dense model has no Lucene postings)."""
+cannot apply: BM25 has no vectors for faiss, a dense model has no Lucene postings).
+
+Each index is also built from the corpus cut into shards of 37 documents (11 shards): searching the shards and
+merging their top k must give the one-shard run, for every exact index (HNSW graphs differ by construction).
+"""
 
 import numpy as np
 import pytest
@@ -11,6 +15,7 @@ from retrieval_zoo.index.csf import CsfRetriever
 from retrieval_zoo.index.dense import DenseRetriever, FaissIndex
 from retrieval_zoo.index.dhr import DhrRetriever
 from retrieval_zoo.index.hybrid import HybridRetriever
+from retrieval_zoo.index.shards import CorpusShards
 from retrieval_zoo.index.sparse import SparseRetriever
 from retrieval_zoo.lexical.bm25 import BM25
 from retrieval_zoo.methods.bm25 import BM25Method
@@ -84,6 +89,21 @@ def make(method: str, index: str = "gip"):
     return DenseBiEncoder(TinyRandomBackbone(hidden_size=32), pooling=pooling, encode_batch_size=64).eval()
 
 
+def sharded(model, tiny, size: int = 37, encode=None) -> CorpusShards:
+    """The tiny corpus encoded by ``model`` on demand, in shards of ``size`` documents."""
+    encode = encode or model.encode_corpus_shard
+    return CorpusShards.on_demand(list(tiny.corpus), lambda ids: encode([tiny.corpus[d] for d in ids]), size)
+
+
+def assert_same_run(merged: dict, whole: dict) -> None:
+    """The same documents with the same scores, up to the order of ties and float round-off."""
+    assert merged.keys() == whole.keys()
+    for qid, docs in whole.items():
+        assert np.allclose(list(merged[qid].values()), list(docs.values()), atol=1e-4)
+        tied_at_the_end = min(docs.values(), default=0.0)
+        assert {d for d, s in docs.items() if s > tied_at_the_end + 1e-4} <= set(merged[qid])
+
+
 @pytest.mark.parametrize("index", INDEXES)
 @pytest.mark.parametrize("method", METHODS)
 def test_method_index(method: str, index: str, tiny) -> None:
@@ -96,10 +116,17 @@ def test_method_index(method: str, index: str, tiny) -> None:
         assert isinstance(retriever, RETRIEVERS[index])
         run = retriever.search(queries, 20)
         assert all(0 < len(docs) <= 20 for docs in run.values())
+        if model.encodes_corpus:
+            assert_same_run(model.build_retriever(tiny, sharded(model, tiny)).search(queries, 20), run)
         return
     factory = {"faiss_flat": "Flat", "faiss_hnsw": "HNSW32"}[index]
-    retriever = DenseRetriever(model, tiny.corpus, factory=factory, batch_size=64)
+    vectors = lambda texts: {"vectors": model.encode_doc(texts)}  # noqa: E731
+    retriever = DenseRetriever(model, sharded(model, tiny, len(tiny.corpus), vectors), factory=factory, batch_size=64)
     run = retriever.search(queries, 10)
+    if factory == "Flat":
+        many = DenseRetriever(model, sharded(model, tiny, encode=vectors), factory=factory, batch_size=64)
+        assert len(many.index._parts) == 11
+        assert_same_run(many.search(queries, 10), run)
     # Brute force with the method's own score function is the reference.
     with torch.inference_mode():
         docids = list(tiny.corpus)

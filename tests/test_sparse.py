@@ -2,6 +2,7 @@ import pytest
 import torch
 
 from retrieval_zoo.backbones import TinyRandomBackbone
+from retrieval_zoo.index.shards import CorpusShards
 from retrieval_zoo.index.sparse import SparseRetriever
 from retrieval_zoo.methods.delade import DeLADE
 from retrieval_zoo.methods.dense import DenseBiEncoder
@@ -22,8 +23,13 @@ def encode(texts: list[str]) -> tuple[torch.Tensor, torch.Tensor]:
 
 def test_sparse_search_by_hand() -> None:
     corpus = {"a": "d1", "b": "d2", "c": "d3"}
-    retriever = SparseRetriever(encode, lambda ids: encode([corpus[d] for d in ids]), corpus, lam=0.5, discard=1,
-                                batch_size=2)  # fmt: skip
+
+    def encode_shard(ids: list[str]) -> dict[str, torch.Tensor]:
+        lexical, cls = encode([corpus[d] for d in ids])
+        return {"lexical": lexical, "cls": cls}
+
+    shards = CorpusShards.on_demand(list(corpus), encode_shard, 2)  # two shards: "a", "b" and "c"
+    retriever = SparseRetriever(encode, shards, lam=0.5, discard=1, batch_size=2)
     run = retriever.search({"x": "q1", "y": "q2"}, 3)
     # id 0 is discarded. q1: a = 1·2 + 2·1 + 0.5·1 = 4.5, b = 0.5·2 = 1, c = 1·3 = 3; q2: a = 0.5, b = 4 + 1.5 = 5.5,
     # c = 3.

@@ -21,9 +21,8 @@ class ConcatenatedRetriever:
     """Search by ``a + weight·b`` over documents stored as [a ; b].
 
     Args:
-        doc_a: (n, dim_a) first-part document vectors (RoC: projected BM25).
-        doc_b: (n, dim_b) second-part document vectors (RoC: [CLS]).
-        docids: The documents' ids, in row order.
+        doc_parts: Per shard of the corpus: its document ids, their (n, dim_a) first-part vectors (RoC: projected
+            BM25) and their (n, dim_b) second-part vectors (RoC: [CLS]); one faiss shard each.
         encode_queries: queries → ((Q, dim_a), (Q, dim_b)) vectors, in the order of the dict.
         weight: λ, the second part's weight.
         parts: Names of the two parts, for :meth:`side`.
@@ -32,15 +31,14 @@ class ConcatenatedRetriever:
 
     def __init__(
         self,
-        doc_a: np.ndarray,
-        doc_b: np.ndarray,
-        docids: list[str],
+        doc_parts: list[tuple[list[str], np.ndarray, np.ndarray]],
         encode_queries: QueryEncoder,
         weight: float,
         parts: tuple[str, str] = ("lexical", "semantic"),
         factory: str = "Flat",
     ) -> None:
-        self.index = FaissIndex(factory).build(np.concatenate([doc_a, doc_b], axis=1), docids)
+        shards = [(docids, np.concatenate([a, b], axis=1)) for docids, a, b in doc_parts]
+        self.index = FaissIndex(factory).build_sharded(shards)
         self.encode_queries, self.weight, self.parts = encode_queries, weight, parts
         self._last: tuple[dict[str, str], np.ndarray, np.ndarray] | None = None
 

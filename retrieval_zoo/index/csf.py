@@ -21,10 +21,12 @@ import torch
 from tqdm import tqdm
 
 from retrieval_zoo.data.formats import Run
+from retrieval_zoo.index.shards import CorpusShards, Payload, merge_topk
 from retrieval_zoo.lexical.csf import CsfBags, Postings, max_sum_scores
 from retrieval_zoo.methods.encoding import length_sorted_batches
 
 BagEncoder = Callable[[list[str]], CsfBags]
+PAYLOAD_FIELDS = ("text", "surface", "source", "weight", "vector", "original")
 
 
 def prune_lowest(weight: torch.Tensor, fraction: float) -> torch.Tensor:
@@ -36,64 +38,83 @@ def prune_lowest(weight: torch.Tensor, fraction: float) -> torch.Tensor:
     return keep
 
 
+def encode_bags_payload(encode: BagEncoder, texts: list[str], batch_size: int) -> Payload:
+    """A shard's bags of CSFs as named tensors: each CSF's ``text`` is its row in ``texts``; ``tokens`` per text."""
+    parts: list[CsfBags] = []
+    tokens = torch.zeros(len(texts))
+    with torch.inference_mode():
+        for batch in tqdm(length_sorted_batches(texts, batch_size), desc="encode CSFs", unit="batch", leave=False,
+                          mininterval=5):  # fmt: skip
+            bags = encode([texts[i] for i in batch])
+            rows = torch.tensor(batch)
+            tokens[rows] = bags.tokens.float().cpu()
+            parts.append(_to_cpu(bags, doc_index=rows))
+    bags = _concatenate(parts, len(texts))
+    payload = {name: getattr(bags, name) for name in PAYLOAD_FIELDS if getattr(bags, name) is not None}
+    return payload | {"tokens": tokens, "length": torch.tensor(bags.length)}
+
+
+def payload_bags(payload: Payload) -> CsfBags:
+    """The bags of CSFs of a shard written by :func:`encode_bags_payload`."""
+    fields = {name: payload.get(name) for name in PAYLOAD_FIELDS}
+    return CsfBags(**fields, num_texts=len(payload["tokens"]), length=int(payload["length"]), tokens=payload["tokens"])
+
+
 class CsfRetriever:
-    """CSurF's inverted index over a corpus.
+    """CSurF's inverted index over a corpus: inverted lists per shard, whose top k are merged.
 
     Args:
-        encode: Texts → their bags of CSFs (the model's document encoder, or its query encoder for queries).
         encode_query: Query texts → their bags of CSFs.
-        corpus: Document id → text.
+        shards: The corpus's bags of CSFs by shard (:func:`encode_bags_payload`).
         vocab_size: |V|, the number of surface forms.
         prune_threshold: Postings with a weight below it are not indexed (1e-8 in the paper; 0 keeps every CSF).
-        prune_fraction: α, the lowest-weight share of the remaining postings removed after indexing.
-        batch_size: Texts per encoder call.
+        prune_fraction: α, the lowest-weight share of the remaining postings (of the whole corpus) removed.
         query_batch_size: Queries scored at a time.
     """
 
     def __init__(
         self,
-        encode: BagEncoder,
         encode_query: BagEncoder,
-        corpus: dict[str, str],
+        shards: CorpusShards,
         vocab_size: int,
         prune_threshold: float = 1e-8,
         prune_fraction: float = 0.0,
-        batch_size: int = 64,
         query_batch_size: int = 8,
     ) -> None:
-        self.encode_query, self.docids, self.query_batch_size = encode_query, list(corpus), query_batch_size
-        texts = [corpus[d] for d in self.docids]
-        parts: list[CsfBags] = []
-        tokens = torch.zeros(len(texts))
+        self.encode_query, self.docids, self.query_batch_size = encode_query, shards.docids, query_batch_size
         started = time.perf_counter()
-        with torch.inference_mode():
-            for batch in tqdm(length_sorted_batches(texts, batch_size), desc="index CSFs", unit="batch",
-                              leave=False, mininterval=5):  # fmt: skip
-                bags = encode([texts[i] for i in batch])
-                bags = bags.select(bags.weight >= prune_threshold)
-                rows = torch.tensor(batch)
-                tokens[rows] = bags.tokens.float().cpu()
-                parts.append(_to_cpu(bags, doc_index=rows))
-        corpus_bags = _concatenate(parts, len(texts))
-        self.unpruned = len(corpus_bags.weight)
-        corpus_bags = corpus_bags.select(prune_lowest(corpus_bags.weight, prune_fraction))
-        self.postings = Postings.build(corpus_bags, vocab_size)
-        self.postings.doc, self.postings.source = self.postings.doc.int(), self.postings.source.short()
+        bags, tokens = [], []
+        for _, payload in shards:
+            shard_bags = payload_bags(payload)
+            bags.append(shard_bags.select(shard_bags.weight >= prune_threshold))
+            tokens.append(shard_bags.tokens)
+        self.unpruned = sum(len(b.weight) for b in bags)
+        keep = prune_lowest(torch.cat([b.weight for b in bags]), prune_fraction).split([len(b.weight) for b in bags])
+        self.shards: list[tuple[Postings, list[str]]] = []
+        for shard_bags, shard_keep, docids in zip(bags, keep, (ids for ids, _ in shards), strict=True):
+            postings = Postings.build(shard_bags.select(shard_keep), vocab_size)
+            postings.doc, postings.source = postings.doc.int(), postings.source.short()
+            self.shards.append((postings, docids))
         self.index_seconds = time.perf_counter() - started
-        self.doc_tokens = tokens.mean().item()
+        self.doc_tokens = torch.cat(tokens).mean().item()
         self._query_forms = torch.zeros(vocab_size)
         self._queries, self._query_csfs, self._query_tokens, self._pairs, self._search_seconds = 0, 0, 0.0, 0, 0.0
 
     @property
+    def postings_count(self) -> int:
+        """Postings in all shards' lists."""
+        return sum(len(postings.weight) for postings, _ in self.shards)
+
+    @property
     def nbytes(self) -> int:
         """Bytes of the inverted lists: offsets, documents, positions, weights and vectors."""
-        p = self.postings
-        return sum(t.numel() * t.element_size() for t in (p.ptr, p.doc, p.source, p.weight, p.vector) if t is not None)
+        tensors = [t for p, _ in self.shards for t in (p.ptr, p.doc, p.source, p.weight, p.vector) if t is not None]
+        return sum(t.numel() * t.element_size() for t in tensors)
 
     @property
     def lexical_nonzero(self) -> float:
         """|C^d|: postings per document."""
-        return len(self.postings.weight) / len(self.docids)
+        return self.postings_count / len(self.docids)
 
     def search(self, queries: dict[str, str], k: int) -> Run:
         """The top ``k`` documents of each query by the §3.3 score; documents scoring 0 are not returned."""
@@ -103,14 +124,22 @@ class CsfRetriever:
             for first in range(0, len(qids), self.query_batch_size):
                 batch = qids[first : first + self.query_batch_size]
                 bags = _to_cpu(self.encode_query([queries[q] for q in batch]))
-                scores, columns, pairs = max_sum_scores(bags, self.postings)
-                self._count(bags, pairs)
-                top = scores.topk(min(k, scores.shape[1]), dim=1) if scores.shape[1] else None
-                for row, qid in enumerate(batch):
-                    hits = [] if top is None else zip(top.values[row].tolist(), top.indices[row].tolist(), strict=True)
-                    run[qid] = {self.docids[columns[c]]: s for s, c in hits if s > 0}
+                found = [self._search_shard(bags, batch, postings, docids, k) for postings, docids in self.shards]
+                run |= merge_topk((shard_run for shard_run, _ in found), k)
+                self._count(bags, sum(pairs for _, pairs in found))
         self._search_seconds += time.perf_counter() - started
         return run
+
+    @staticmethod
+    def _search_shard(bags: CsfBags, qids: list[str], postings: Postings, docids: list[str], k: int) -> tuple[Run, int]:
+        """The top ``k`` of one shard for a batch of query bags (documents scoring 0 left out), and the pairs scored."""
+        scores, columns, pairs = max_sum_scores(bags, postings)
+        top = scores.topk(min(k, scores.shape[1]), dim=1) if scores.shape[1] else None
+        run = {}
+        for row, qid in enumerate(qids):
+            hits = [] if top is None else zip(top.values[row].tolist(), top.indices[row].tolist(), strict=True)
+            run[qid] = {docids[columns[c]]: s for s, c in hits if s > 0}
+        return run, pairs
 
     def _count(self, bags: CsfBags, pairs: int) -> None:
         self._queries += bags.num_texts
@@ -124,7 +153,7 @@ class CsfRetriever:
         if not self._queries:
             raise ValueError("efficiency is measured over searched queries: search first")
         n_q = self._query_forms / self._queries  # n̂_t^q
-        n_d = self.postings.list_lengths().float() / len(self.docids)  # n̂_t^d
+        n_d = sum(p.list_lengths().float() for p, _ in self.shards) / len(self.docids)  # n̂_t^d
         tokens_per_query = self._query_tokens / self._queries
         return {
             "csf_per_query": self._query_csfs / self._queries,
@@ -134,7 +163,7 @@ class CsfRetriever:
             "e_ops": float((n_q * n_d).sum()),
             "all_to_all_ops": tokens_per_query * self.doc_tokens,
             "pairs_per_query": self._pairs / self._queries,
-            "postings_pruned_share": 1 - len(self.postings.weight) / max(1, self.unpruned),
+            "postings_pruned_share": 1 - self.postings_count / max(1, self.unpruned),
             "index_seconds": self.index_seconds,
             "ms_per_query": 1000 * self._search_seconds / self._queries,
         }

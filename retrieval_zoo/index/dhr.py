@@ -1,8 +1,9 @@
 """End-to-end retrieval with dense lexical (DLR) or dense hybrid (DHR) representations (delade-dhr.md §3.1–3.4).
 
-A model's lexical vectors are densified batch by batch as the corpus is encoded, so the |V|-dimensional vectors
-never exist for the whole corpus; a [CLS] part, when there is one, is appended as √λ·[CLS] (Eq. 15–16). Search is
-GIP (Eq. 11), exact or in two stages (Eq. 18). Either part can be searched alone by zeroing the other part of the
+The corpus's lexical vectors are read shard by shard (:mod:`retrieval_zoo.index.shards`) and densified in batches,
+so the |V|-dimensional vectors never exist for more than one shard; a [CLS] part, when there is one, is appended as
+√λ·[CLS] (Eq. 15–16). Each shard becomes its own GIP index. Search is GIP (Eq. 11), exact or in two stages (Eq. 18),
+in every shard, whose top k are merged. Either part can be searched alone by zeroing the other part of the
 query values, which is how evaluation reports the lexical and [CLS] components.
 """
 
@@ -17,9 +18,29 @@ from tqdm import tqdm
 from retrieval_zoo.data.formats import Run
 from retrieval_zoo.index.dlr import Slicing, densify, explain, hybrid
 from retrieval_zoo.index.gip import GipIndex
+from retrieval_zoo.index.shards import CorpusShards, Payload, merge_topk
 from retrieval_zoo.methods.encoding import length_sorted_batches
 
 PartEncoder = Callable[[list[str]], tuple[torch.Tensor, torch.Tensor | None]]
+
+
+def densify_parts(
+    lexical: torch.Tensor, cls: torch.Tensor | None, slicing: Slicing, order: np.ndarray, lam: float
+) -> tuple[np.ndarray, np.ndarray, int]:
+    """DLR of (n, |V|) ``lexical`` vectors (Eq. 4–8), or DHR with their (n, c) ``cls`` (Eq. 14–16); and c."""
+    values, indices = densify(lexical, slicing, order)
+    if cls is None:
+        return values, indices, 0
+    return (*hybrid(values, indices, cls.float().cpu().numpy(), lam), cls.shape[1])
+
+
+def represent_shard(payload: Payload, slicing: Slicing, lam: float, batch_size: int) -> tuple[np.ndarray, ...]:
+    """(n, M [+ c]) float16 values and indices of a shard's ``lexical`` (and ``cls``) vectors, and c."""
+    lexical, cls, order = payload["lexical"], payload.get("cls"), slicing.order()
+    parts = [densify_parts(lexical[i : i + batch_size], None if cls is None else cls[i : i + batch_size], slicing,
+                           order, lam) for i in range(0, len(lexical), batch_size)]  # fmt: skip
+    values = np.concatenate([p[0] for p in parts]).astype(np.float16)
+    return values, np.concatenate([p[1] for p in parts]), parts[0][2]
 
 
 @torch.inference_mode()
@@ -49,11 +70,7 @@ def represent(
     order, values, indices, cls_dims = slicing.order(), None, None, 0
     batches = length_sorted_batches(texts if texts is not None else items, batch_size)
     for batch in tqdm(batches, desc=desc, unit="batch", leave=False, mininterval=5):
-        lexical, cls = encode([items[i] for i in batch])
-        part_values, part_indices = densify(lexical, slicing, order)
-        if cls is not None:
-            cls_dims = cls.shape[1]
-            part_values, part_indices = hybrid(part_values, part_indices, cls.float().cpu().numpy(), lam)
+        part_values, part_indices, cls_dims = densify_parts(*encode([items[i] for i in batch]), slicing, order, lam)
         if values is None:
             values = np.empty((len(items), part_values.shape[1]), dtype=np.float16)
             indices = np.empty((len(items), part_values.shape[1]), dtype=part_indices.dtype)
@@ -83,12 +100,11 @@ class PartSearch:
 
 
 class DhrRetriever(PartSearch):
-    """A corpus densified into a :class:`GipIndex`, searched with queries densified the same way.
+    """A corpus densified into one :class:`GipIndex` per shard, searched with queries densified the same way.
 
     Args:
         encode_query: Query texts → (lexical, [CLS] or None) vectors.
-        encode_doc: Document ids → (lexical, [CLS] or None) vectors.
-        corpus: docid → text.
+        shards: The corpus's ``lexical`` (n, |V|) and optional ``cls`` (n, c) vectors, by shard.
         slicing: DLR slicing.
         lam: λ of the [CLS] part, as indexed (√λ on both sides, Eq. 14–16).
         first_stage: None (exact GIP), ``approximate_gip`` or ``inner_product`` (see :meth:`GipIndex.search`).
@@ -102,8 +118,7 @@ class DhrRetriever(PartSearch):
     def __init__(
         self,
         encode_query: PartEncoder,
-        encode_doc: PartEncoder,
-        corpus: dict[str, str],
+        shards: CorpusShards,
         slicing: Slicing,
         lam: float = 1.0,
         first_stage: str | None = "approximate_gip",
@@ -113,15 +128,21 @@ class DhrRetriever(PartSearch):
         device: torch.device | str | None = None,
         terms: Callable[[list[int]], list[str]] | None = None,
     ) -> None:
-        self.encode_query, self.encode_doc, self.slicing = encode_query, encode_doc, slicing
+        self.encode_query, self.slicing = encode_query, slicing
         self.lam, self.batch_size, self.weight = lam, batch_size, lam
         self.terms = terms or (lambda ids: [str(i) for i in ids])
         self.first_stage, self.theta, self.candidates = first_stage, theta, candidates
-        docids = list(corpus)
-        values, indices, self.cls_dims = represent(
-            encode_doc, docids, slicing, lam, batch_size, "densify corpus", texts=[corpus[d] for d in docids]
-        )
-        self.index = GipIndex(values, indices, docids, device=device, open_dims=self.cls_dims)
+        self.indexes: list[GipIndex] = []
+        for docids, payload in tqdm(shards, desc="densify corpus shards", unit="shard", leave=False):
+            values, indices, self.cls_dims = represent_shard(payload, slicing, lam, batch_size)
+            self.indexes.append(GipIndex(values, indices, docids, device=device, open_dims=self.cls_dims))
+
+    @property
+    def index(self) -> GipIndex:
+        """The GIP index of a corpus held in one shard."""
+        if len(self.indexes) != 1:
+            raise ValueError(f"the corpus is in {len(self.indexes)} shards: use .indexes")
+        return self.indexes[0]
 
     def represent_queries(self, queries: dict[str, str]) -> tuple[np.ndarray, np.ndarray]:
         """(Q, M [+ c]) values and indices of the queries, in the order of the dict."""
@@ -150,18 +171,20 @@ class DhrRetriever(PartSearch):
                 values[:, split:] = 0
             else:
                 values[:, :split] = 0
-        return self.index.search(values, indices, list(queries), k, self.first_stage, self.theta, self.candidates)
+        qids, settings = list(queries), (self.first_stage, self.theta, self.candidates)
+        return merge_topk((index.search(values, indices, qids, k, *settings) for index in self.indexes), k)
 
     @property
     def nbytes(self) -> int:
         """Stored index size: float16 values, and uint8/uint16 positions for the DLR part only."""
-        return self.index.nbytes
+        return sum(index.nbytes for index in self.indexes)
 
     @property
     def lexical_nonzero(self) -> float:
         """Mean non-zero DLR slices per document (Table 6's "# tokens/doc"; at most M)."""
-        split = self.index.values.shape[1] - self.cls_dims
-        return (self.index.values[:, :split] != 0).sum(dim=1).float().mean().item()
+        split = self.indexes[0].values.shape[1] - self.cls_dims
+        opened = sum((index.values[:, :split] != 0).sum().item() for index in self.indexes)
+        return opened / sum(len(index.docids) for index in self.indexes)
 
     def explain(self, queries: dict[str, str], run: Run, depth: int = 3) -> list[dict]:
         """What each query matched in its top ``depth`` documents: the DLR's open gates as weighted terms (Table 13).
@@ -171,13 +194,13 @@ class DhrRetriever(PartSearch):
             query and document values, best first.
         """
         values, indices = self.represent_queries(queries)
-        rows = {docid: row for row, docid in enumerate(self.index.docids)}
-        doc_values, doc_indices = self.index.values.float().cpu().numpy(), self.index.indices.cpu().numpy()
+        rows = {docid: (index, row) for index in self.indexes for row, docid in enumerate(index.docids)}
         records = []
         for q, qid in enumerate(queries):
             for docid in list(run.get(qid, {}))[:depth]:
-                r = rows[docid]
-                matched = explain(values[q].astype(np.float32), indices[q], doc_values[r], doc_indices[r], self.slicing)
+                index, r = rows[docid]
+                doc_values, doc_indices = index.values[r].float().cpu().numpy(), index.indices[r].cpu().numpy()
+                matched = explain(values[q].astype(np.float32), indices[q], doc_values, doc_indices, self.slicing)
                 words = self.terms([term for term, _, _ in matched])
                 records.append({
                     "qid": qid, "docid": docid, "score": run[qid][docid],

@@ -20,6 +20,7 @@ from retrieval_zoo.data.formats import Run
 from retrieval_zoo.index.dhr import DhrRetriever, PartEncoder, PartSearch
 from retrieval_zoo.index.dlr import Slicing
 from retrieval_zoo.index.gip import default_device
+from retrieval_zoo.index.shards import CorpusShards
 from retrieval_zoo.methods.encoding import length_sorted_batches
 
 # torch warns that sparse CSR support is in beta; building a CSR matrix and multiplying it by a dense one is all
@@ -39,40 +40,40 @@ def encoded_batches(
         yield batch, lexical, cls.float().cpu() if cls is not None else None
 
 
-@torch.inference_mode()
-def encode_corpus(
-    encode: PartEncoder, items: list[str], discard: int, batch_size: int, texts: list[str]
-) -> tuple[torch.Tensor, torch.Tensor | None, list[int]]:
-    """The corpus's lexical vectors as one matrix, its [CLS] vectors or None, and the item behind each row.
+def lexical_matrix(shards: CorpusShards, discard: int, batch_size: int) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """The corpus's lexical vectors as one matrix, in corpus order, and its [CLS] vectors or None.
 
-    The matrix is sparse CSR (float32 values, int32 term ids and row offsets), or dense float32 when the first batch
-    is more than half non-zero, where CSR would be larger: SPLADE and BM25 vectors are sparse, DeLADE's softmax
-    vectors (Eq. 23) are not. Rows follow the length-sorted encoding order, so no batch is copied to reorder it.
+    The matrix is sparse CSR (float32 values, int32 term ids and row offsets), or dense float32 when the first rows
+    are more than half non-zero, where CSR would be larger: SPLADE and BM25 vectors are sparse, DeLADE's softmax
+    vectors (Eq. 23) are not. Ids below ``discard`` are zeroed.
     """
-    offsets, cols, vals, cls_parts, order, nonzeros, vocab_size = [], [], [], [], [], 0, 0
+    offsets, cols, vals, cls_parts, rows, nonzeros, vocab_size = [], [], [], [], 0, 0, 0
     dense: torch.Tensor | None = None
-    for batch, lexical, cls in encoded_batches(encode, items, discard, batch_size, "encode corpus (exact)", texts):
-        vocab_size = lexical.shape[1]
-        if not order and lexical.count_nonzero() * 2 >= lexical.numel():  # denser than one half: store dense
-            dense = torch.empty(len(items), vocab_size)
-        if dense is not None:
-            dense[len(order) : len(order) + len(batch)] = lexical
-        else:
-            csr = lexical.to_sparse_csr()
-            offsets.append((csr.crow_indices()[1:] + nonzeros).to(torch.int32))
-            cols.append(csr.col_indices().to(torch.int32))
-            vals.append(csr.values())
-            nonzeros += csr.values().numel()
-        order.extend(batch)
-        if cls is not None:
-            cls_parts.append(cls)
+    for _, payload in shards:
+        if payload.get("cls") is not None:
+            cls_parts.append(payload["cls"])
+        for start in range(0, len(payload["lexical"]), batch_size):
+            lexical = payload["lexical"][start : start + batch_size].clone()
+            lexical[:, :discard] = 0
+            vocab_size = lexical.shape[1]
+            if not rows and lexical.count_nonzero() * 2 >= lexical.numel():  # denser than one half: store dense
+                dense = torch.empty(len(shards.docids), vocab_size)
+            if dense is not None:
+                dense[rows : rows + len(lexical)] = lexical
+            else:
+                csr = lexical.to_sparse_csr()
+                offsets.append((csr.crow_indices()[1:] + nonzeros).to(torch.int32))
+                cols.append(csr.col_indices().to(torch.int32))
+                vals.append(csr.values())
+                nonzeros += csr.values().numel()
+            rows += len(lexical)
+    cls = torch.cat(cls_parts) if cls_parts else None
     if dense is not None:
-        matrix = dense
-    else:
-        offsets.insert(0, torch.zeros(1, dtype=torch.int32))
-        matrix = torch.sparse_csr_tensor(torch.cat(offsets), torch.cat(cols), torch.cat(vals),
-                                         (len(items), vocab_size), check_invariants=False)  # fmt: skip
-    return matrix, torch.cat(cls_parts) if cls_parts else None, order
+        return dense, cls
+    offsets.insert(0, torch.zeros(1, dtype=torch.int32))
+    matrix = torch.sparse_csr_tensor(torch.cat(offsets), torch.cat(cols), torch.cat(vals), (rows, vocab_size),
+                                     check_invariants=False)  # fmt: skip
+    return matrix, cls
 
 
 class SparseRetriever(PartSearch):
@@ -80,8 +81,7 @@ class SparseRetriever(PartSearch):
 
     Args:
         encode_query: Query texts → ((n, |V|) lexical, (n, c) [CLS] or None) vectors.
-        encode_doc: Document ids → the same.
-        corpus: docid → text.
+        shards: The corpus's ``lexical`` (n, |V|) and optional ``cls`` (n, c) vectors, by shard.
         lam: λ of the [CLS] part (Eq. 13).
         discard: Leading vocabulary ids zeroed, as the DLR drops them.
         batch_size: Texts per forward pass, and queries scored together.
@@ -91,8 +91,7 @@ class SparseRetriever(PartSearch):
     def __init__(
         self,
         encode_query: PartEncoder,
-        encode_doc: PartEncoder,
-        corpus: dict[str, str],
+        shards: CorpusShards,
         lam: float = 1.0,
         discard: int = 0,
         batch_size: int = 128,
@@ -100,9 +99,8 @@ class SparseRetriever(PartSearch):
     ) -> None:
         self.encode_query, self.weight, self.discard, self.batch_size = encode_query, lam, discard, batch_size
         self.device = torch.device(device) if device is not None else default_device()
-        items = list(corpus)
-        docs, cls, order = encode_corpus(encode_doc, items, discard, batch_size, [corpus[d] for d in items])
-        self.docids = [items[i] for i in order]
+        docs, cls = lexical_matrix(shards, discard, batch_size)
+        self.docids = shards.docids
         self.docs, self.cls = docs.to(self.device), cls.to(self.device) if cls is not None else None
 
     @property
@@ -150,8 +148,7 @@ class SparseRetriever(PartSearch):
 
 def lexical_retriever(
     encode_query: PartEncoder,
-    encode_doc: PartEncoder,
-    corpus: dict[str, str],
+    shards: CorpusShards,
     vocab_size: int,
     slices: int,
     slicing: str,
@@ -165,11 +162,12 @@ def lexical_retriever(
 ) -> DhrRetriever | SparseRetriever:
     """A DLR/DHR index of M = ``slices`` dimensions searched by GIP, or with ``slices=0`` the exact sparse vectors.
 
-    The sparse vectors are the reference the densification approximates. Arguments as in :class:`DhrRetriever`.
+    The sparse vectors are the reference the densification approximates. Arguments as in :class:`DhrRetriever`;
+    ``shards`` hold the corpus's ``lexical`` (and ``cls``) vectors.
     """
     if slices == 0:
-        return SparseRetriever(encode_query, encode_doc, corpus, lam, discard, batch_size)
+        return SparseRetriever(encode_query, shards, lam, discard, batch_size)
     return DhrRetriever(
-        encode_query, encode_doc, corpus, Slicing(vocab_size, slices, discard, slicing), lam, first_stage, theta,
+        encode_query, shards, Slicing(vocab_size, slices, discard, slicing), lam, first_stage, theta,
         candidates, batch_size, terms=terms,
     )  # fmt: skip

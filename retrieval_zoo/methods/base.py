@@ -17,6 +17,7 @@ from retrieval_zoo.data.collections import Collection
 from retrieval_zoo.data.datamodule import TrainBatch
 from retrieval_zoo.data.formats import Qrels, Run
 from retrieval_zoo.evaluation import MEASURES, evaluate
+from retrieval_zoo.index.shards import CorpusShards, Payload
 from retrieval_zoo.loggers import log_histogram
 from retrieval_zoo.resume import RNG_KEY, RandomState
 
@@ -77,6 +78,8 @@ class RetrievalMethod(L.LightningModule):
     Class attributes:
         needs: Optional batch fields the method reads (see :data:`retrieval_zoo.data.datamodule.FIELDS`).
         trainable: False for methods without parameters (BM25): the apps skip training.
+        encodes_corpus: True for methods whose index is built from their own encoding of the corpus
+            (:meth:`encode_corpus_shard`), which evaluation runs as sharded Lightning predict.
         complementarity_parts: For a hybrid, the names of its lexical and semantic :meth:`component_runs`, whose
             complementarity (RoC's Eq. 1) evaluation reports.
 
@@ -87,12 +90,12 @@ class RetrievalMethod(L.LightningModule):
 
     needs: ClassVar[frozenset[str]] = frozenset()
     trainable: ClassVar[bool] = True
+    encodes_corpus: ClassVar[bool] = False
     complementarity_parts: ClassVar[tuple[str, str] | None] = None
 
     def __init__(self, optim: Optim | None = None, val_k: int = 100) -> None:
         super().__init__()
         self.optim, self.val_k = optim or Optim(), val_k
-        self.validating_in_fit = False  # True while validation indexes the corpus: methods skip encoding caches
         self._val_run: Run = {}
         self._val_retriever: Retriever | None = None
         self._random_state = RandomState()
@@ -102,8 +105,26 @@ class RetrievalMethod(L.LightningModule):
         """Named losses to sum, and named diagnostics to log, for one batch."""
         raise NotImplementedError
 
-    def build_retriever(self, collection: Collection) -> Retriever:
-        """Index ``collection``'s corpus with this model and return something to search it."""
+    def encode_corpus_shard(self, texts: list[str]) -> Payload:
+        """What the index needs of these documents, as named tensors (a shard of the corpus)."""
+        raise NotImplementedError
+
+    def encoding_settings(self) -> dict:
+        """What besides the weights changes :meth:`encode_corpus_shard`'s output (hashed into its cache key)."""
+        return {"method": type(self).__name__, "doc_max_length": getattr(self, "doc_max_length", None)}
+
+    def corpus_shards(
+        self, collection: Collection, shards: CorpusShards | None, shard_size: int | None = None
+    ) -> CorpusShards:
+        """``shards`` when evaluation encoded them; else the corpus encoded here on demand (validation), by shard."""
+        if shards is not None:
+            return shards
+        corpus = collection.corpus
+        encode = lambda ids: self.encode_corpus_shard([corpus[d] for d in ids])  # noqa: E731
+        return CorpusShards.on_demand(list(corpus), encode, shard_size or len(corpus))
+
+    def build_retriever(self, collection: Collection, shards: CorpusShards | None = None) -> Retriever:
+        """Index ``collection``'s corpus, from its encoded ``shards`` when given, and return something to search it."""
         raise NotImplementedError
 
     def tune(self, retriever: Retriever, queries: dict[str, str], qrels: Qrels) -> dict:
@@ -177,11 +198,7 @@ class RetrievalMethod(L.LightningModule):
     def on_validation_epoch_start(self) -> None:
         """Index the corpus with the current weights (never cached: they change every epoch)."""
         self._val_run = {}
-        self.validating_in_fit = True
-        try:
-            self._val_retriever = self.build_retriever(self.trainer.datamodule.collection)
-        finally:
-            self.validating_in_fit = False
+        self._val_retriever = self.build_retriever(self.trainer.datamodule.collection)
 
     def validation_step(self, qids: list[str], batch_idx: int) -> None:
         """Retrieve for a batch of validation query ids."""

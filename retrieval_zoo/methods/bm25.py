@@ -6,6 +6,7 @@ It lets train → index → search → evaluate run end to end, and it is the ba
 from __future__ import annotations
 
 from retrieval_zoo.data.collections import Collection
+from retrieval_zoo.index.shards import CorpusShards
 from retrieval_zoo.lexical.bm25 import BM25
 from retrieval_zoo.methods.base import RetrievalMethod
 
@@ -25,6 +26,6 @@ class BM25Method(RetrievalMethod):
         super().__init__()
         self.k1, self.b, self.threads = k1, b, threads
 
-    def build_retriever(self, collection: Collection) -> BM25:
+    def build_retriever(self, collection: Collection, shards: CorpusShards | None = None) -> BM25:
         """The (cached) Lucene index of the collection."""
         return BM25(collection, self.k1, self.b, self.threads)

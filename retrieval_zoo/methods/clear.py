@@ -22,6 +22,7 @@ from retrieval_zoo.data.datamodule import TrainBatch
 from retrieval_zoo.data.formats import Qrels
 from retrieval_zoo.evaluation import tune_weight
 from retrieval_zoo.index.hybrid import HybridRetriever
+from retrieval_zoo.index.shards import CorpusShards
 from retrieval_zoo.lexical.bm25 import BM25
 from retrieval_zoo.losses import check_margin_normalization, residual_hinge, residual_margin
 from retrieval_zoo.methods.base import Optim
@@ -116,8 +117,8 @@ class CLEAR(DenseBiEncoder):
         self.lambda_test = record["value"]
         return record
 
-    def build_retriever(self, collection: Collection) -> HybridRetriever:
+    def build_retriever(self, collection: Collection, shards: CorpusShards | None = None) -> HybridRetriever:
         """BM25 ∪ embedding candidates ranked by λ_test·BM25 + s_emb (Eq. 8)."""
-        dense = super().build_retriever(collection)
+        dense = super().build_retriever(collection, shards)
         bm25 = BM25(collection, self.bm25_k1, self.bm25_b)
         return HybridRetriever(bm25, dense, self.lambda_test, weighted="lexical", depth=self.retrieval_depth)

@@ -19,7 +19,8 @@ from retrieval_zoo.backbones import Backbone
 from retrieval_zoo.data.collections import Collection
 from retrieval_zoo.data.datamodule import TrainBatch
 from retrieval_zoo.distributed import global_mean
-from retrieval_zoo.index.csf import CsfRetriever
+from retrieval_zoo.index.csf import CsfRetriever, encode_bags_payload
+from retrieval_zoo.index.shards import CorpusShards, Payload
 from retrieval_zoo.lexical.csf import BAGS, CsfBags, Postings, csf_bags, gather_bags, max_sum_scores
 from retrieval_zoo.lexical.splade import max_pooled_logits, mlm_head_parts
 from retrieval_zoo.losses import flops, kl_distillation, quadratic_warmup
@@ -155,9 +156,11 @@ class CSurF(DenseBiEncoder):
         }
         return losses, diagnostics
 
-    def build_retriever(self, collection: Collection) -> CsfRetriever:
-        """Index the corpus's CSFs in inverted lists."""
-        return CsfRetriever(
-            self.encode_doc, self.encode_query, collection.corpus, self.vocab_size, self.prune_threshold,
-            self.prune_fraction, self.encode_batch_size,
-        )  # fmt: skip
+    def encode_corpus_shard(self, texts: list[str]) -> Payload:
+        """The documents' bags of CSFs as named tensors (:func:`retrieval_zoo.index.csf.encode_bags_payload`)."""
+        return encode_bags_payload(self.encode_doc, texts, self.encode_batch_size)
+
+    def build_retriever(self, collection: Collection, shards: CorpusShards | None = None) -> CsfRetriever:
+        """Index the corpus's CSFs in inverted lists, one set per shard."""
+        shards = self.corpus_shards(collection, shards)
+        return CsfRetriever(self.encode_query, shards, self.vocab_size, self.prune_threshold, self.prune_fraction)

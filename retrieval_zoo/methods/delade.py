@@ -18,12 +18,15 @@ from retrieval_zoo.data.collections import Collection
 from retrieval_zoo.data.datamodule import TrainBatch
 from retrieval_zoo.index.dhr import DhrRetriever
 from retrieval_zoo.index.dlr import Slicing
-from retrieval_zoo.index.encoded_corpus import cached_doc_encoder
+from retrieval_zoo.index.shards import CorpusShards, Payload
 from retrieval_zoo.index.sparse import SparseRetriever, lexical_retriever
 from retrieval_zoo.lexical.delade import delade_vectors
 from retrieval_zoo.losses import kl_distillation
 from retrieval_zoo.methods.base import Optim
 from retrieval_zoo.methods.dense import DenseBiEncoder
+from retrieval_zoo.methods.encoding import encode_payload
+
+ON_DEMAND_SHARD = 1024  # documents whose |V|-wide vectors exist at once when validation densifies the corpus
 
 
 class DeLADE(DenseBiEncoder):
@@ -135,26 +138,30 @@ class DeLADE(DenseBiEncoder):
             diagnostics["score/semantic_positive"] = group_scores["kd_semantic"][:, 0].detach()
         return losses, diagnostics
 
-    def build_retriever(self, collection: Collection) -> DhrRetriever | SparseRetriever:
+    def encode_corpus_shard(self, texts: list[str]) -> Payload:
+        """``lexical``: (n, |V|) ds_BoW (Eq. 23), and ``cls``: (n, cls_dim) [CLS] vectors for DeLADE+[CLS]."""
+
+        def parts(batch: list[str]) -> dict[str, torch.Tensor | None]:
+            lexical, cls = self.encode_parts(*self._tokenize(batch, self.doc_max_length))
+            return {"lexical": lexical, "cls": cls}
+
+        return encode_payload(parts, texts, self.encode_batch_size, "docs")
+
+    def build_retriever(
+        self, collection: Collection, shards: CorpusShards | None = None
+    ) -> DhrRetriever | SparseRetriever:
         """Densify the corpus into DLRs (DeLADE) or DHRs (DeLADE+[CLS]) searched by GIP; ``slices=0``: exact sparse.
 
-        Outside training's validation, the corpus vectors are encoded once per set of weights and cached
-        (:mod:`retrieval_zoo.index.encoded_corpus`), so retrieval-time variants of one model skip the encoder.
+        Evaluation's shards are cached by weights (:mod:`retrieval_zoo.index.predict`), so retrieval-time variants of
+        one model skip the encoder; validation encodes shards of ``ON_DEMAND_SHARD`` documents as it densifies them.
         """
 
         def encode_query(texts: list[str]) -> tuple[torch.Tensor, torch.Tensor | None]:
             return self.encode_parts(*self._tokenize(texts, self.query_max_length))
 
-        def encode_doc(docids: list[str]) -> tuple[torch.Tensor, torch.Tensor | None]:
-            return self.encode_parts(*self._tokenize([collection.corpus[d] for d in docids], self.doc_max_length))
-
-        if not self.validating_in_fit:  # trained weights: encode once, then every slicing reads the cache
-            settings = {"method": type(self).__name__, "doc_max_length": self.doc_max_length}
-            encode_doc = cached_doc_encoder(encode_doc, collection.corpus, self, collection.corpus_fingerprint,
-                                            settings, self.encode_batch_size)  # fmt: skip
-
+        shards = self.corpus_shards(collection, shards, ON_DEMAND_SHARD)
         return lexical_retriever(
-            encode_query, encode_doc, collection.corpus, self.vocab_size, self.slices, self.slicing, self.discard,
+            encode_query, shards, self.vocab_size, self.slices, self.slicing, self.discard,
             self.lambda_cls, self.first_stage, self.theta, self.candidates, self.encode_batch_size,
             terms=self.tokenizer.convert_ids_to_tokens,
         )  # fmt: skip

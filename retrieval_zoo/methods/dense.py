@@ -8,6 +8,8 @@ batch (in-batch negatives, DPR Eq. 2). Retrieval is faiss inner-product search o
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 import torch
 from transformers import PreTrainedTokenizerBase
 
@@ -16,9 +18,10 @@ from retrieval_zoo.data.collections import Collection
 from retrieval_zoo.data.datamodule import TrainBatch
 from retrieval_zoo.distributed import gather_rows
 from retrieval_zoo.index.dense import DenseRetriever
+from retrieval_zoo.index.shards import CorpusShards, Payload
 from retrieval_zoo.losses import group_targets, in_batch_accuracy, listwise_nll
 from retrieval_zoo.methods.base import Optim, RetrievalMethod
-from retrieval_zoo.methods.encoding import POOLING
+from retrieval_zoo.methods.encoding import POOLING, encode_payload
 
 
 class DenseBiEncoder(RetrievalMethod):
@@ -39,6 +42,8 @@ class DenseBiEncoder(RetrievalMethod):
         val_k: Validation retrieval depth.
         mlm_head: Load the masked-LM model (encoder + vocabulary projection), for methods that use the logits.
     """
+
+    encodes_corpus: ClassVar[bool] = True
 
     def __init__(
         self,
@@ -129,6 +134,11 @@ class DenseBiEncoder(RetrievalMethod):
         scores = scores / self.temperature
         return listwise_nll(scores, targets), in_batch_accuracy(scores, targets)
 
-    def build_retriever(self, collection: Collection) -> DenseRetriever:
-        """Encode the corpus into a faiss inner-product index."""
-        return DenseRetriever(self, collection.corpus, self.index_factory, self.encode_batch_size)
+    def encode_corpus_shard(self, texts: list[str]) -> Payload:
+        """``vectors``: (n, H) float32 document vectors of ``texts``."""
+        return encode_payload(lambda batch: {"vectors": self.encode_doc(batch)}, texts, self.encode_batch_size, "docs")
+
+    def build_retriever(self, collection: Collection, shards: CorpusShards | None = None) -> DenseRetriever:
+        """The corpus's vectors in a (sharded) faiss inner-product index."""
+        shards = self.corpus_shards(collection, shards)
+        return DenseRetriever(self, shards, self.index_factory, self.encode_batch_size)

@@ -18,10 +18,13 @@ from retrieval_zoo.data.collections import Collection
 from retrieval_zoo.data.formats import Qrels
 from retrieval_zoo.evaluation import tune_weight
 from retrieval_zoo.index.dhr import DhrRetriever
+from retrieval_zoo.index.shards import CorpusShards, Payload
 from retrieval_zoo.index.sparse import SparseRetriever, lexical_retriever
 from retrieval_zoo.lexical.bm25 import BM25
 from retrieval_zoo.lexical.splade import splade_vectors
 from retrieval_zoo.methods.base import RetrievalMethod
+from retrieval_zoo.methods.delade import ON_DEMAND_SHARD
+from retrieval_zoo.methods.encoding import encode_payload
 
 LEXICAL = ("bm25", "splade")
 
@@ -110,8 +113,13 @@ class DhrFusion(RetrievalMethod):
             return {}
         return tune_weight(retriever, queries, qrels, self.lambda_grid, self.tune_measure, "lambda_dense")
 
-    def build_retriever(self, collection: Collection) -> DhrRetriever | SparseRetriever:
-        """Densify the corpus's lexical vectors (and join the dense ones) into a GIP index; ``slices=0``: exact."""
+    def build_retriever(
+        self, collection: Collection, shards: CorpusShards | None = None
+    ) -> DhrRetriever | SparseRetriever:
+        """Densify the corpus's lexical vectors (and join the dense ones) into a GIP index; ``slices=0``: exact.
+
+        Nothing is trained, so the corpus is encoded here, on demand, one shard of ``ON_DEMAND_SHARD`` at a time.
+        """
         corpus = collection.corpus
         if self.lexical == "bm25":
             bm25 = BM25(collection, self.bm25_k1, self.bm25_b)
@@ -139,9 +147,16 @@ class DhrFusion(RetrievalMethod):
 
             vocab_size = self.mlm.get_output_embeddings().out_features
             terms = self.tokenizer.convert_ids_to_tokens
+
+        def encode_docs(ids: list[str]) -> dict[str, torch.Tensor | None]:
+            return {"lexical": lexical_docs(ids), "cls": self._semantic([corpus[d] for d in ids], query=False)}
+
+        def encode_shard(ids: list[str]) -> Payload:
+            return encode_payload(encode_docs, ids, self.encode_batch_size, "docs")
+
+        shards = CorpusShards.on_demand(list(corpus), encode_shard, ON_DEMAND_SHARD)
         return lexical_retriever(
-            lambda texts: (lexical_queries(texts), self._semantic(texts, query=True)),
-            lambda ids: (lexical_docs(ids), self._semantic([corpus[d] for d in ids], query=False)),
-            corpus, vocab_size, self.slices, self.slicing, self.discard, self.lambda_dense, self.first_stage,
-            self.theta, self.candidates, self.encode_batch_size, terms=terms,
+            lambda texts: (lexical_queries(texts), self._semantic(texts, query=True)), shards, vocab_size,
+            self.slices, self.slicing, self.discard, self.lambda_dense, self.first_stage, self.theta, self.candidates,
+            self.encode_batch_size, terms=terms,
         )  # fmt: skip

@@ -45,6 +45,25 @@ def encode_all(
     return out
 
 
+@torch.inference_mode()
+def encode_payload(
+    encode: Callable[[list[str]], dict[str, torch.Tensor | None]], texts: list[str], batch_size: int, desc: str
+) -> dict[str, torch.Tensor]:
+    """Named row-aligned float32 tensors of ``texts``, encoded in length-sorted batches, in the input order.
+
+    ``encode`` maps a batch of texts to named (n, ...) tensors; a name whose value is None is left out.
+    """
+    out: dict[str, torch.Tensor] = {}
+    for batch in tqdm(length_sorted_batches(texts, batch_size), desc=desc, unit="batch", leave=False, mininterval=5):
+        for name, value in encode([texts[i] for i in batch]).items():
+            if value is None:
+                continue
+            if name not in out:
+                out[name] = torch.empty((len(texts), *value.shape[1:]), dtype=torch.float32)
+            out[name][batch] = value.float().cpu()
+    return out
+
+
 def mask_exact_matches(
     doc_ids: torch.Tensor,
     query_ids: torch.Tensor,

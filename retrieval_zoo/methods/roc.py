@@ -27,6 +27,7 @@ from retrieval_zoo.data.formats import Qrels
 from retrieval_zoo.evaluation import MEASURES, tune_weight
 from retrieval_zoo.index.concatenated import ConcatenatedRetriever
 from retrieval_zoo.index.hybrid import HybridRetriever
+from retrieval_zoo.index.shards import CorpusShards
 from retrieval_zoo.lexical.bm25 import BM25
 from retrieval_zoo.lexical.projection import RademacherProjection
 from retrieval_zoo.losses import orthogonality
@@ -147,25 +148,26 @@ class RoC(DenseBiEncoder):
             np.save(f, matrix)
         return matrix
 
-    def build_retriever(self, collection: Collection) -> ConcatenatedRetriever | HybridRetriever:
+    def build_retriever(
+        self, collection: Collection, shards: CorpusShards | None = None
+    ) -> ConcatenatedRetriever | HybridRetriever:
         """One index over [d_lex ; d_sem], searched with [q_lex ; λ·q_sem] (Eq. 11), or exact BM25 + λ·[CLS]."""
         bm25 = BM25(collection, self.bm25_k1, self.bm25_b)
         if self.fusion_lexical == "exact":
-            dense = super().build_retriever(collection)
+            dense = super().build_retriever(collection, shards)
             parts = self.complementarity_parts
             return HybridRetriever(bm25, dense, self.lambda_sem, "semantic", self.retrieval_depth, parts)
-        docids = list(collection.corpus)
-        doc_sem = encode_all(self.encode_doc, [collection.corpus[d] for d in docids], self.encode_batch_size)
+        shards = self.corpus_shards(collection, shards)
+        lexical = self.doc_lexical_matrix(bm25, shards.docids)
+        doc_parts = [(shards.shard_docids(s), lexical[start:stop], shards.read(s)["vectors"].numpy())
+                     for s, (start, stop) in enumerate(shards.ranges)]  # fmt: skip
 
         def encode_queries(queries: dict[str, str]) -> tuple[np.ndarray, np.ndarray]:
             texts = list(queries.values())
             q_lex = self.projection.project(bm25.query_idf(texts)).numpy()
             return q_lex, encode_all(self.encode_query, texts, self.encode_batch_size, desc="queries")
 
-        lexical = self.doc_lexical_matrix(bm25, docids)
-        return ConcatenatedRetriever(
-            lexical, doc_sem, docids, encode_queries, self.lambda_sem, factory=self.index_factory
-        )
+        return ConcatenatedRetriever(doc_parts, encode_queries, self.lambda_sem, factory=self.index_factory)
 
     def tune(self, retriever: ConcatenatedRetriever | HybridRetriever, queries: dict[str, str], qrels: Qrels) -> dict:
         """Grid-search λ on held-out training queries (§4.1: [0, 2] by 0.1, on MAP)."""

@@ -1,0 +1,146 @@
+"""A corpus encoded in shards: what every index is built from, on one process or many.
+
+The corpus, in its file order, is cut into shards of ``shard_size`` documents. Each shard's encoding (a dict of
+tensors: dense vectors, lexical and [CLS] vectors, or bags of CSFs) is written to its own file, atomically, so a
+killed encoding resumes from the shards already complete and never trusts a half-written one; under DDP each rank
+writes its share (:mod:`retrieval_zoo.index.predict`). A folder holds one model's encoding of one corpus: a
+``manifest.json`` records the documents and the shard size, and opening a folder for another corpus is an error.
+During training's validation the shards are encoded on demand instead, one at a time, and never stored.
+
+Indexes are built shard by shard, and search over a sharded index merges each shard's top k (:func:`merge_topk`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import heapq
+import json
+from collections.abc import Callable, Iterable, Iterator
+from pathlib import Path
+
+import torch
+
+from retrieval_zoo.cache import atomic_path, write_json
+from retrieval_zoo.data.formats import Run
+
+Payload = dict[str, torch.Tensor]
+ShardEncoder = Callable[[list[str]], Payload]
+
+
+def docids_digest(docids: list[str]) -> str:
+    """SHA-256 of the document ids in order."""
+    return hashlib.sha256("\n".join(docids).encode()).hexdigest()
+
+
+class CorpusShards:
+    """The encoded shards of a corpus, in files under ``folder``, or encoded on demand (:meth:`on_demand`).
+
+    Args:
+        docids: The corpus's document ids, in order.
+        shard_size: Documents per shard (the last one may be shorter).
+        folder: Where the shard files live.
+    """
+
+    def __init__(self, docids: list[str], shard_size: int, folder: str | Path | None = None) -> None:
+        if shard_size < 1:
+            raise ValueError(f"shard_size must be at least 1, not {shard_size}")
+        if not docids:
+            raise ValueError("cannot shard an empty corpus")
+        self.docids, self.shard_size = list(docids), shard_size
+        self.ranges = [(s, min(s + shard_size, len(docids))) for s in range(0, len(docids), shard_size)]
+        self.folder = Path(folder) if folder is not None else None
+        self._encode: ShardEncoder | None = None
+        if self.folder is not None:
+            self._check_manifest()
+
+    @classmethod
+    def on_demand(cls, docids: list[str], encode: ShardEncoder, shard_size: int) -> CorpusShards:
+        """Shards that ``encode`` (document ids → encoding) computes each time they are read; nothing is stored."""
+        shards = cls(docids, shard_size)
+        shards._encode = encode
+        return shards
+
+    def _check_manifest(self) -> None:
+        """Write the manifest of a new folder; refuse a folder that holds another corpus or shard size."""
+        manifest = {"documents": len(self.docids), "shard_size": self.shard_size, "shards": len(self.ranges),
+                    "docids_sha256": docids_digest(self.docids)}  # fmt: skip
+        path = self.folder / "manifest.json"
+        if not path.exists():
+            write_json(path, manifest)
+            return
+        found = json.loads(path.read_text())
+        if found != manifest:
+            differs = sorted(k for k in manifest if found.get(k) != manifest[k])
+            raise ValueError(f"{path}: the encoded shards there were written for another corpus or shard size "
+                             f"({', '.join(differs)} differ); delete the folder to re-encode")  # fmt: skip
+
+    def __len__(self) -> int:
+        return len(self.ranges)
+
+    def shard_docids(self, shard: int) -> list[str]:
+        """The document ids of ``shard``, in order."""
+        start, stop = self.ranges[shard]
+        return self.docids[start:stop]
+
+    def path(self, shard: int) -> Path:
+        """The file of ``shard``."""
+        if self.folder is None:
+            raise ValueError("shards encoded on demand have no files")
+        return self.folder / f"shard-{shard:05d}.pt"
+
+    def missing(self) -> list[int]:
+        """The shards not yet written."""
+        if self.folder is None:
+            return []
+        return [s for s in range(len(self)) if not self.path(s).exists()]
+
+    def write(self, shard: int, payload: Payload, rank: int = 0) -> None:
+        """Store ``shard``'s encoding (atomically, when in files); ``rank`` records which process encoded it."""
+        payload = {name: value.detach().cpu() for name, value in payload.items()}
+        record = {"documents": len(self.shard_docids(shard)), "rank": rank, "tensors": payload}
+        with atomic_path(self.path(shard)) as tmp:
+            torch.save(record, tmp)
+
+    def read(self, shard: int) -> Payload:
+        """``shard``'s encoding; an error names the file when it is missing or was written for other documents."""
+        if self._encode is not None:
+            with torch.inference_mode():
+                return {name: value.detach() for name, value in self._encode(self.shard_docids(shard)).items()}
+        path = self.path(shard)
+        if not path.exists():
+            raise FileNotFoundError(f"{path}: shard {shard} of {len(self)} was never written; encode the corpus first")
+        record = torch.load(path, map_location="cpu", weights_only=True)
+        if record["documents"] != len(self.shard_docids(shard)):
+            raise ValueError(f"{path}: holds {record['documents']} documents, shard {shard} has "
+                             f"{len(self.shard_docids(shard))}; delete the folder to re-encode")  # fmt: skip
+        return record["tensors"]
+
+    def writer_rank(self, shard: int) -> int:
+        """The rank of the process that wrote ``shard``'s file."""
+        return int(torch.load(self.path(shard), map_location="cpu", weights_only=True)["rank"])
+
+    def __iter__(self) -> Iterator[tuple[list[str], Payload]]:
+        """(document ids, encoding) of each shard, in corpus order."""
+        for shard in range(len(self)):
+            yield self.shard_docids(shard), self.read(shard)
+
+    def concatenated(self, name: str) -> torch.Tensor | None:
+        """One row-aligned tensor of the whole corpus from each shard's ``name`` (None when shards lack it)."""
+        parts = [payload.get(name) for _, payload in self]
+        return None if parts[0] is None else torch.cat(parts)
+
+
+def merge_topk(runs: Iterable[Run], k: int) -> Run:
+    """The top ``k`` of each query over several shards' runs (document ids are disjoint across shards).
+
+    Equal scores keep the order of the shards, then of each shard's run.
+    """
+    merged: dict[str, list[tuple[float, int, str]]] = {}
+    position = 0
+    for run in runs:
+        for qid, docs in run.items():
+            bucket = merged.setdefault(qid, [])
+            for docid, score in docs.items():
+                bucket.append((score, -position, docid))
+                position += 1
+    return {qid: {d: s for s, _, d in heapq.nlargest(k, hits)} for qid, hits in merged.items()}

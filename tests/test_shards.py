@@ -1,0 +1,93 @@
+"""Sharded corpus encoding: the shard store, merging shards' top k, and encoding by Lightning predict with resume."""
+
+import os
+from functools import partial
+
+import lightning as L
+import pytest
+import torch
+
+from retrieval_zoo.backbones import TinyRandomBackbone
+from retrieval_zoo.index.predict import encode_corpus
+from retrieval_zoo.index.shards import CorpusShards, merge_topk
+from retrieval_zoo.methods.delade import DeLADE
+from retrieval_zoo.methods.dense import DenseBiEncoder
+
+DOCIDS = ["a", "b", "c", "d", "e"]
+CPU_TRAINER = partial(L.Trainer, accelerator="cpu", devices=1, enable_progress_bar=False)
+
+
+def payload(ids: list[str]) -> dict[str, torch.Tensor]:
+    return {"vectors": torch.tensor([[float(ord(d))] for d in ids])}
+
+
+def test_shards_are_written_read_back_and_listed_missing(tmp_path) -> None:
+    shards = CorpusShards(DOCIDS, 2, tmp_path)
+    assert shards.ranges == [(0, 2), (2, 4), (4, 5)] and shards.missing() == [0, 1, 2]
+    shards.write(1, payload(shards.shard_docids(1)), rank=1)
+    (tmp_path / ".shard-00000.pt.x1y2.pt").write_bytes(b"half a file")  # a killed writer's temporary
+    assert shards.missing() == [0, 2]  # the temporary is never taken for shard 0
+    assert shards.read(1)["vectors"].flatten().tolist() == [ord("c"), ord("d")] and shards.writer_rank(1) == 1
+    with pytest.raises(FileNotFoundError, match="shard-00000.pt: shard 0 of 3 was never written"):
+        shards.read(0)
+
+
+def test_a_folder_of_another_corpus_or_shard_size_is_refused(tmp_path) -> None:
+    CorpusShards(DOCIDS, 2, tmp_path)
+    with pytest.raises(ValueError, match=r"manifest.json: .*another corpus or shard size \(docids_sha256, documents"):
+        CorpusShards(DOCIDS[:4], 2, tmp_path)
+    with pytest.raises(ValueError, match=r"\(shard_size, shards differ\)"):
+        CorpusShards(DOCIDS, 3, tmp_path)
+
+
+def test_a_shard_file_with_the_wrong_document_count_is_refused(tmp_path) -> None:
+    shards = CorpusShards(DOCIDS, 2, tmp_path)
+    torch.save({"documents": 3, "rank": 0, "tensors": payload(["a", "b", "c"])}, shards.path(0))
+    with pytest.raises(ValueError, match="shard-00000.pt: holds 3 documents, shard 0 has 2"):
+        shards.read(0)
+
+
+def test_on_demand_shards_encode_each_read_and_store_nothing() -> None:
+    calls: list[list[str]] = []
+    shards = CorpusShards.on_demand(DOCIDS, lambda ids: calls.append(ids) or payload(ids), 3)
+    assert shards.missing() == [] and [ids for ids, _ in shards] == [["a", "b", "c"], ["d", "e"]]
+    assert shards.concatenated("vectors").flatten().tolist() == [float(ord(d)) for d in DOCIDS]
+    assert len(calls) == 4  # two shards, read twice
+
+
+def test_merge_topk_by_hand() -> None:
+    first = {"q": {"a": 3.0, "b": 1.0}, "r": {}}
+    second = {"q": {"c": 2.0, "d": 1.0}, "r": {"e": 0.5}}
+    merged = merge_topk([first, second], 3)
+    assert list(merged["q"].items()) == [("a", 3.0), ("c", 2.0), ("b", 1.0)]  # the tie keeps the first shard's
+    assert merged["r"] == {"e": 0.5}
+    assert merge_topk([{"q": {}}], 5) == {"q": {}}
+
+
+def test_encoding_by_lightning_predict_is_cached_and_resumes_from_complete_shards(tiny, tmp_path) -> None:
+    model = DenseBiEncoder(TinyRandomBackbone(hidden_size=32), encode_batch_size=64).eval()
+    shards, rank_zero = encode_corpus(model, tiny, CPU_TRAINER, shard_size=150, cache_dir=tmp_path)
+    assert rank_zero and len(shards) == 3 and shards.missing() == []
+    with torch.inference_mode():
+        direct = model.encode_doc([tiny.corpus[d] for d in shards.shard_docids(2)])
+    assert torch.allclose(shards.read(2)["vectors"], direct, atol=1e-5)
+    # A kill after shard 0 and 2 were written: the rerun encodes shard 1 alone, and leaves the others untouched.
+    stamps = {s: os.stat(shards.path(s)).st_mtime_ns for s in (0, 2)}
+    shards.path(1).unlink()
+    again, _ = encode_corpus(model, tiny, CPU_TRAINER, shard_size=150, cache_dir=tmp_path)
+    assert again.folder == shards.folder and again.missing() == []
+    assert {s: os.stat(shards.path(s)).st_mtime_ns for s in (0, 2)} == stamps
+    with torch.no_grad():
+        model.encoder.embeddings.word_embeddings.weight.add_(0.1)
+    changed, _ = encode_corpus(model, tiny, CPU_TRAINER, shard_size=150, cache_dir=tmp_path)
+    assert changed.folder != shards.folder  # new weights: a new cache entry
+
+
+def test_dlrs_from_predicted_shards_equal_the_on_demand_ones(tiny, tmp_path) -> None:
+    model = DeLADE(TinyRandomBackbone(hidden_size=32), cls_dim=8, slices=128, doc_max_length=16).eval()
+    shards, _ = encode_corpus(model, tiny, CPU_TRAINER, shard_size=400, cache_dir=tmp_path)
+    with torch.inference_mode():
+        on_demand, from_files = model.build_retriever(tiny).index, model.build_retriever(tiny, shards).index
+    # float32 storage: the same values, and the same winning ids in every slice
+    assert torch.equal(from_files.values, on_demand.values) and torch.equal(from_files.indices, on_demand.indices)
+    assert from_files.docids == on_demand.docids
