@@ -99,12 +99,36 @@ def test_multirun_gives_each_job_its_own_directory(tiny_dir: Path, tmp_path: Pat
 
 @pytest.mark.slow
 def test_ddp_on_two_cpu_processes(tiny_dir: Path, tmp_path: Path) -> None:
-    out = tmp_path / "ddp"
+    out, cache = tmp_path / "ddp", tmp_path / "cache"
+    ddp = ["trainer=cpu", "trainer.devices=2", "trainer.strategy=ddp"]
     stdout = run_app(
-        "train.py", *tiny_dataset(tiny_dir), "backbone=tiny_random", "trainer=cpu", "trainer.devices=2",
-        "trainer.strategy=ddp", "data.batch_size=8", "data.val_queries=10", "eval.k=100", "logger=csv",
-        f"hydra.run.dir={out}",
+        "train.py", *tiny_dataset(tiny_dir), "backbone=tiny_random", *ddp, "data.batch_size=8", "data.val_queries=10",
+        "eval.k=100", "logger=csv", "encode.shard_size=100", f"encode.cache_dir={cache}", f"hydra.run.dir={out}",
     )  # fmt: skip
     assert stdout.count("| BM25 |") == 1  # rank 0 alone evaluates
     steps = [line.split(",")[1] for line in (out / "csv" / "metrics.csv").read_text().splitlines()[1:]]
     assert max(map(int, steps)) == 2 * 120 // 8 - 1  # 2 epochs of global batches of 8 over 120 queries
+    # The corpus was encoded by Lightning predict on both ranks: 400 documents in 4 shards, 2 written by each.
+    assert shard_writers(cache) == [[0, 1, 0, 1]]
+    # evaluate.py encodes on 2 processes too, in shards of 50 (a new cache entry): 8 faiss shards whose merged top k
+    # is the ranking of the training run's 4, so the metrics are the same.
+    run_app("evaluate.py", f"run_dir={out}", *ddp, "encode.shard_size=50", f"encode.cache_dir={cache}",
+            f"hydra.run.dir={tmp_path / 'eval'}")  # fmt: skip
+    assert sorted(shard_writers(cache), key=len) == [[0, 1] * 2, [0, 1] * 4]
+    trained, evaluated = (json.loads((d / "results.json").read_text())["metrics"] for d in (out, tmp_path / "eval"))
+    assert evaluated.keys() == trained.keys()
+    for system, measures in trained.items():
+        assert evaluated[system] == pytest.approx(measures, abs=1e-6), system
+
+
+def shard_writers(cache: Path) -> list[list[int]]:
+    """For each encoded corpus under ``cache``, the rank that wrote each shard, in shard order."""
+    from retrieval_zoo.index.shards import CorpusShards
+
+    writers = []
+    for folder in sorted((cache / "encoded").iterdir()):
+        manifest = json.loads((folder / "manifest.json").read_text())
+        shards = CorpusShards([str(i) for i in range(manifest["documents"])], manifest["shard_size"])
+        shards.folder = folder
+        writers.append([shards.writer_rank(s) for s in range(len(shards))])
+    return writers
