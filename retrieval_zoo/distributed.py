@@ -58,11 +58,13 @@ def row_counts(rows: int) -> list[int]:
     return [int(c) for c in counts]
 
 
-def gather_rows(tensor: torch.Tensor) -> tuple[torch.Tensor, int]:
+def gather_rows(tensor: torch.Tensor, sizes: list[int] | None = None) -> tuple[torch.Tensor, int]:
     """Concatenate every rank's ``tensor`` along dimension 0, in rank order, keeping the gradient.
 
     Args:
         tensor: (n_r, ...) this rank's rows; n_r may differ between ranks. Booleans are gathered as uint8.
+        sizes: Every rank's n_r, when the caller knows them (several tensors of equal length gathered together);
+            default: one small all-gather finds them.
 
     Returns:
         The (Σ n_r, ...) rows of all ranks, and the index of this rank's first row among them.
@@ -70,7 +72,7 @@ def gather_rows(tensor: torch.Tensor) -> tuple[torch.Tensor, int]:
     rank, size = world()
     if size == 1:
         return tensor, 0
-    sizes = row_counts(len(tensor))
+    sizes = sizes if sizes is not None else row_counts(len(tensor))
     boolean = tensor.dtype == torch.bool
     rows = _GatherRows.apply(tensor.to(torch.uint8) if boolean else tensor, sizes)
     return (rows.bool() if boolean else rows), sum(sizes[:rank])

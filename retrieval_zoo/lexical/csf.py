@@ -115,13 +115,13 @@ def gather_bags(bags: CsfBags) -> tuple[CsfBags, int]:
     """
     if world()[1] == 1:
         return bags, 0
-    texts = row_counts(bags.num_texts)
-    rank = world()[0]
-    first = sum(texts[:rank])
-    rows = {name: gather_rows(getattr(bags, name))[0] for name in ("surface", "source", "weight", "original")}
-    owner, _ = gather_rows(bags.text + first)
-    vector = None if bags.vector is None else gather_rows(bags.vector)[0]
-    tokens = None if bags.tokens is None else gather_rows(bags.tokens)[0]
+    texts, csfs = row_counts(bags.num_texts), row_counts(len(bags.weight))
+    first = sum(texts[: world()[0]])
+    names = ("surface", "source", "weight", "original")
+    rows = {name: gather_rows(getattr(bags, name), csfs)[0] for name in names}  # one size exchange for all fields
+    owner, _ = gather_rows(bags.text + first, csfs)
+    vector = None if bags.vector is None else gather_rows(bags.vector, csfs)[0]
+    tokens = None if bags.tokens is None else gather_rows(bags.tokens, texts)[0]
     length = max(row_counts(bags.length))
     return CsfBags(owner, **rows, vector=vector, num_texts=sum(texts), length=length, tokens=tokens), first
 

@@ -25,7 +25,7 @@ from retrieval_zoo.lexical.csf import BAGS, CsfBags, Postings, csf_bags, gather_
 from retrieval_zoo.lexical.splade import max_pooled_logits, mlm_head_parts
 from retrieval_zoo.losses import flops, kl_distillation, quadratic_warmup
 from retrieval_zoo.methods.base import Optim
-from retrieval_zoo.methods.dense import DenseBiEncoder
+from retrieval_zoo.methods.dense import DenseBiEncoder, own_group
 
 SIMILARITIES = ("cosine", "dot")
 
@@ -141,18 +141,16 @@ class CSurF(DenseBiEncoder):
             "flops_query": self.lambda_q * warmup * flops(global_mean(q_weights)),
             "flops_doc": self.lambda_d * warmup * flops(global_mean(d_weights)),
         }
-        size, group = len(batch.qids), len(batch.docids[0])
-        columns = first + torch.arange(size, device=scores.device)[:, None] * group
-        own_group = scores.gather(1, columns + torch.arange(group, device=scores.device))  # (B, G)
+        group_scores = own_group(scores, batch, first)  # (B, G)
         if self.kd_weight > 0:
-            losses["kd"] = self.kd_weight * kl_distillation(own_group, batch.teacher_scores.to(scores.device))
+            losses["kd"] = self.kd_weight * kl_distillation(group_scores, batch.teacher_scores.to(scores.device))
         diagnostics = {
             "accuracy": accuracy,
             "csf_per_query": q.counts().float().mean(),
             "csf_per_doc": d.counts().float().mean(),
             "original_share": torch.cat([q.original, d.original]).float().mean(),
             "flops_warmup": scores.new_tensor(warmup),
-            "score/positive": own_group[:, 0].detach(),
+            "score/positive": group_scores[:, 0].detach(),
         }
         return losses, diagnostics
 

@@ -24,6 +24,13 @@ from retrieval_zoo.methods.base import Optim, RetrievalMethod
 from retrieval_zoo.methods.encoding import POOLING, encode_payload
 
 
+def own_group(scores: torch.Tensor, batch: TrainBatch, first_doc: int = 0) -> torch.Tensor:
+    """Each query's scores against its own group: (B, N) → (B, G), the batch's documents from column ``first_doc``."""
+    size, group = len(batch.qids), len(batch.docids[0])
+    positives = first_doc + group_targets(size, group, True, scores.device)  # column of each query's positive
+    return scores.gather(1, positives[:, None] + torch.arange(group, device=scores.device))
+
+
 class DenseBiEncoder(RetrievalMethod):
     """Shared-encoder dense retriever.
 
@@ -125,12 +132,10 @@ class DenseBiEncoder(RetrievalMethod):
             first_doc: Column of this batch's first document.
         """
         size, group = len(batch.qids), len(batch.docids[0])
-        positives = first_doc + group_targets(size, group, True, scores.device)  # column of each query's positive
         if self.in_batch_negatives:
-            targets = positives
+            targets = first_doc + group_targets(size, group, True, scores.device)  # column of each query's positive
         else:
-            scores = scores.gather(1, positives[:, None] + torch.arange(group, device=scores.device))  # (B, G)
-            targets = group_targets(size, group, False, scores.device)
+            scores, targets = own_group(scores, batch, first_doc), group_targets(size, group, False, scores.device)
         scores = scores / self.temperature
         return listwise_nll(scores, targets), in_batch_accuracy(scores, targets)
 
