@@ -33,16 +33,14 @@ def main(cfg: DictConfig) -> dict[str, dict[str, float]] | float:
         **cfg.logger, save_dir=str(out_dir), run_name=out_dir.name, group=names["method"],
         tags=[f"backbone:{names['backbone']}", f"dataset:{names['dataset']}"], config=config,
     )  # fmt: skip
+    make_trainer = partial(instantiate(cfg.trainer, _partial_=True), default_root_dir=str(out_dir))
     try:
         if model.trainable:
             datamodule = instantiate(cfg.data, _partial_=True)(collection=collection, bm25=bm25, needs=model.needs)
             checkpoint = instantiate(cfg.checkpoint, dirpath=str(out_dir / "checkpoints"))
             steps = instantiate(cfg.checkpoint_steps, dirpath=str(out_dir / "checkpoints"))
             extra = [instantiate(callback) for callback in cfg.callbacks.values()]
-            trainer = instantiate(cfg.trainer, _partial_=True)(
-                default_root_dir=str(out_dir), logger=logger, callbacks=[checkpoint, steps, *extra],
-                plugins=[AtomicCheckpointIO()],
-            )  # fmt: skip
+            trainer = make_trainer(logger=logger, callbacks=[checkpoint, steps, *extra], plugins=[AtomicCheckpointIO()])
             resume = find_checkpoint(cfg.resume_from, out_dir, config)
             if resume:
                 print(f"[train] resuming from {resume}")
@@ -51,7 +49,6 @@ def main(cfg: DictConfig) -> dict[str, dict[str, float]] | float:
             if best:
                 model.load_state_dict(torch.load(best, map_location="cpu", weights_only=False)["state_dict"])
                 print(f"[train] best checkpoint: {best}")
-        make_trainer = partial(instantiate(cfg.trainer, _partial_=True), default_root_dir=str(out_dir))
         shards, rank_zero = encode_for_index(model, collection, make_trainer, cfg.encode)  # every rank its share
         if not rank_zero:  # under DDP, rank 0 alone evaluates and writes the results
             return 0.0 if cfg.objective else {}

@@ -51,7 +51,7 @@ def test_on_demand_shards_encode_each_read_and_store_nothing() -> None:
     calls: list[list[str]] = []
     shards = CorpusShards.on_demand(DOCIDS, lambda ids: calls.append(ids) or payload(ids), 3)
     assert shards.missing() == [] and [ids for ids, _ in shards] == [["a", "b", "c"], ["d", "e"]]
-    assert shards.concatenated("vectors").flatten().tolist() == [float(ord(d)) for d in DOCIDS]
+    assert torch.cat([part["vectors"] for _, part in shards]).flatten().tolist() == [float(ord(d)) for d in DOCIDS]
     assert len(calls) == 4  # two shards, read twice
 
 

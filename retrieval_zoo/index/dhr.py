@@ -51,24 +51,22 @@ def represent(
     lam: float,
     batch_size: int,
     desc: str = "densify",
-    texts: list[str] | None = None,
 ) -> tuple[np.ndarray, np.ndarray, int]:
-    """DLR (or DHR, when ``encode`` returns a [CLS] part) of every item, in input order.
+    """DLR (or DHR, when ``encode`` returns a [CLS] part) of every text, in input order, densified batch by batch.
 
     Args:
-        encode: items → ((n, |V|) lexical vectors, (n, c) [CLS] vectors or None).
-        items: What ``encode`` takes: query texts, or document ids.
+        encode: texts → ((n, |V|) lexical vectors, (n, c) [CLS] vectors or None).
+        items: The texts (queries).
         slicing: The DLR slicing.
         lam: λ of the [CLS] part (Eq. 14).
         batch_size: Items per forward pass.
         desc: Progress-bar label.
-        texts: The items' texts, whose lengths group the batches (default: the items themselves).
 
     Returns:
         (n, M [+ c]) float16 values, (n, M [+ c]) indices, and the number of [CLS] dimensions c.
     """
     order, values, indices, cls_dims = slicing.order(), None, None, 0
-    batches = length_sorted_batches(texts if texts is not None else items, batch_size)
+    batches = length_sorted_batches(items, batch_size)
     for batch in tqdm(batches, desc=desc, unit="batch", leave=False, mininterval=5):
         part_values, part_indices, cls_dims = densify_parts(*encode([items[i] for i in batch]), slicing, order, lam)
         if values is None:

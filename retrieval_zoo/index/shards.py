@@ -124,11 +124,6 @@ class CorpusShards:
         for shard in range(len(self)):
             yield self.shard_docids(shard), self.read(shard)
 
-    def concatenated(self, name: str) -> torch.Tensor | None:
-        """One row-aligned tensor of the whole corpus from each shard's ``name`` (None when shards lack it)."""
-        parts = [payload.get(name) for _, payload in self]
-        return None if parts[0] is None else torch.cat(parts)
-
 
 def merge_topk(runs: Iterable[Run], k: int) -> Run:
     """The top ``k`` of each query over several shards' runs (document ids are disjoint across shards).

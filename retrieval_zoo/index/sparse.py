@@ -11,33 +11,20 @@ trains on (Eq. 13). The same
 from __future__ import annotations
 
 import warnings
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 
 import torch
-from tqdm import tqdm
 
 from retrieval_zoo.data.formats import Run
 from retrieval_zoo.index.dhr import DhrRetriever, PartEncoder, PartSearch
 from retrieval_zoo.index.dlr import Slicing
 from retrieval_zoo.index.gip import default_device
 from retrieval_zoo.index.shards import CorpusShards
-from retrieval_zoo.methods.encoding import length_sorted_batches
+from retrieval_zoo.methods.encoding import encode_payload
 
 # torch warns that sparse CSR support is in beta; building a CSR matrix and multiplying it by a dense one is all
 # that is used here, and both are covered by tests.
 warnings.filterwarnings("ignore", message="Sparse CSR tensor support is in beta", category=UserWarning)
-
-
-def encoded_batches(
-    encode: PartEncoder, items: list[str], discard: int, batch_size: int, desc: str, texts: list[str] | None
-) -> Iterator[tuple[list[int], torch.Tensor, torch.Tensor | None]]:
-    """(item positions, (n, |V|) float32 lexical vectors with ids below ``discard`` zeroed, [CLS] or None) per batch."""
-    for batch in tqdm(length_sorted_batches(texts if texts is not None else items, batch_size), desc=desc,
-                      unit="batch", leave=False, mininterval=5):  # fmt: skip
-        lexical, cls = encode([items[i] for i in batch])
-        lexical = lexical.float().cpu()
-        lexical[:, :discard] = 0
-        yield batch, lexical, cls.float().cpu() if cls is not None else None
 
 
 def lexical_matrix(shards: CorpusShards, discard: int, batch_size: int) -> tuple[torch.Tensor, torch.Tensor | None]:
@@ -125,14 +112,11 @@ class SparseRetriever(PartSearch):
         """
         weight = self.weight if weight is None else weight
         self.check_part(part, self.cls is not None)
-        qids, texts = list(queries), list(queries.values())
-        lexical = torch.empty(len(qids), self.docs.shape[1])
-        cls = torch.empty(len(qids), self.cls.shape[1]) if self.cls is not None else None
-        for batch, part_lexical, part_cls in encoded_batches(self.encode_query, texts, self.discard, self.batch_size,
-                                                             "encode queries (exact)", None):  # fmt: skip
-            lexical[batch] = part_lexical
-            if cls is not None:
-                cls[batch] = part_cls
+        qids = list(queries)
+        encode = lambda batch: dict(zip(("lexical", "cls"), self.encode_query(batch), strict=True))  # noqa: E731
+        encoded = encode_payload(encode, list(queries.values()), self.batch_size, "encode queries (exact)")
+        lexical, cls = encoded["lexical"], encoded.get("cls") if self.cls is not None else None
+        lexical[:, : self.discard] = 0
         run: Run = {}
         for start in range(0, len(qids), self.batch_size):
             scores = torch.zeros(len(self.docids), len(qids[start : start + self.batch_size]), device=self.device)
@@ -144,6 +128,9 @@ class SparseRetriever(PartSearch):
             for qid, row_scores, row_ids in zip(qids[start:], top_scores.tolist(), rows.tolist(), strict=False):
                 run[qid] = {self.docids[r]: s for r, s in zip(row_ids, row_scores, strict=True)}
         return run
+
+
+ON_DEMAND_SHARD = 1024  # documents whose |V|-wide vectors exist at once when a corpus is densified on demand
 
 
 def lexical_retriever(

@@ -19,14 +19,12 @@ from retrieval_zoo.data.datamodule import TrainBatch
 from retrieval_zoo.index.dhr import DhrRetriever
 from retrieval_zoo.index.dlr import Slicing
 from retrieval_zoo.index.shards import CorpusShards, Payload
-from retrieval_zoo.index.sparse import SparseRetriever, lexical_retriever
+from retrieval_zoo.index.sparse import ON_DEMAND_SHARD, SparseRetriever, lexical_retriever
 from retrieval_zoo.lexical.delade import delade_vectors
 from retrieval_zoo.losses import kl_distillation
 from retrieval_zoo.methods.base import Optim
 from retrieval_zoo.methods.dense import DenseBiEncoder
 from retrieval_zoo.methods.encoding import encode_payload
-
-ON_DEMAND_SHARD = 1024  # documents whose |V|-wide vectors exist at once when validation densifies the corpus
 
 
 class DeLADE(DenseBiEncoder):

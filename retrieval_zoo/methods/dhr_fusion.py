@@ -19,11 +19,10 @@ from retrieval_zoo.data.formats import Qrels
 from retrieval_zoo.evaluation import tune_weight
 from retrieval_zoo.index.dhr import DhrRetriever
 from retrieval_zoo.index.shards import CorpusShards, Payload
-from retrieval_zoo.index.sparse import SparseRetriever, lexical_retriever
+from retrieval_zoo.index.sparse import ON_DEMAND_SHARD, SparseRetriever, lexical_retriever
 from retrieval_zoo.lexical.bm25 import BM25
 from retrieval_zoo.lexical.splade import splade_vectors
 from retrieval_zoo.methods.base import RetrievalMethod
-from retrieval_zoo.methods.delade import ON_DEMAND_SHARD
 from retrieval_zoo.methods.encoding import encode_payload
 
 LEXICAL = ("bm25", "splade")

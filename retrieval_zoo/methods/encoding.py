@@ -29,20 +29,13 @@ def length_sorted_batches(texts: list[str], batch_size: int) -> list[list[int]]:
     return [order[i : i + batch_size] for i in range(0, len(order), batch_size)]
 
 
-@torch.inference_mode()
 def encode_all(
     encode: Callable[[list[str]], torch.Tensor], texts: list[str], batch_size: int, desc: str = "encode"
 ) -> np.ndarray:
     """Encode ``texts`` in length-sorted batches and return float32 vectors in the input order."""
-    out: np.ndarray | None = None
-    for batch in tqdm(length_sorted_batches(texts, batch_size), desc=desc, unit="batch", leave=False, mininterval=5):
-        vectors = encode([texts[i] for i in batch]).float().cpu().numpy()
-        if out is None:
-            out = np.empty((len(texts), vectors.shape[1]), dtype=np.float32)
-        out[batch] = vectors
-    if out is None:
+    if not texts:
         raise ValueError("nothing to encode")
-    return out
+    return encode_payload(lambda batch: {"vectors": encode(batch)}, texts, batch_size, desc)["vectors"].numpy()
 
 
 @torch.inference_mode()
