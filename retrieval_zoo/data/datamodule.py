@@ -176,7 +176,9 @@ class TriplesDataModule(L.LightningDataModule):
             collate_fn=self.collate,
             num_workers=self.num_workers,
             persistent_workers=self.num_workers > 0,
-            generator=torch.Generator().manual_seed(self.seed),  # workers' seeds never draw from the global RNG
+            # No generator of its own: each epoch's iterator draws its workers' base seed from the global torch RNG,
+            # which moves the dropout masks of the steps after it. The README's tables were measured with that draw
+            # (a loader generator, 19aaea9..8f91ae6, moved them); tests/test_datamodule.py pins it.
         )
         if self.resume_position is not None:
             self.train_loader.load_state_dict(self.resume_position)
