@@ -69,6 +69,22 @@ def test_one_cell_inside_and_one_outside_its_tolerance(tmp_path) -> None:
     assert cells["λ"].ok and not cells["λ"].gated and cells["λ"].measured == "0.5"  # compared, reported, not gated
 
 
+def test_quick_checks_a_mean_sd_cell_against_its_first_seed_value_when_the_registry_has_it(tmp_path) -> None:
+    body = TWO_CELLS.replace("seeds: [13]}", "seeds: [13, 14, 15]}").replace('"0.5000"', '"0.5000 ± 0.0100"')
+    tol = {"lexical": 0.0, "model": 0.002, "seed_sd_factor": 2.0}
+    loose = load_table(write_registry(tmp_path / "a", body) / "tiny.yaml")
+    tight = load_table(
+        write_registry(tmp_path / "b", body.replace("quick: true,", 'quick: true, first_seed: {MRR@10: "0.4950"},'))
+        / "tiny.yaml"
+    )
+    for measured, loose_ok, tight_ok in ((0.4950, True, True), (0.5150, True, False)):
+        results = {("dense", 13): {"metrics": {"dense": {"MRR@10": measured, "R@100": 0.9}}, "tuning": {"value": 0.3}}}
+        (a,) = [c for c in compare_table(loose, results, {"dense": [13]}, tol) if c.column == "MRR@10"]
+        (b,) = [c for c in compare_table(tight, results, {"dense": [13]}, tol) if c.column == "MRR@10"]
+        assert (a.ok, a.expected, a.tolerance) == (loose_ok, "0.5000 ± 0.0100", pytest.approx(0.02205))  # 2 sd
+        assert (b.ok, b.expected, b.tolerance) == (tight_ok, "0.4950", pytest.approx(0.00205))  # the machine spread
+
+
 def test_the_command_exits_1_and_writes_the_comparison_when_a_cell_is_outside(tmp_path, capsys) -> None:
     registry, cache, out = write_registry(tmp_path / "registry", TWO_CELLS), tmp_path / "cache", tmp_path / "out"
     table = load_table(registry / "tiny.yaml")
@@ -90,6 +106,14 @@ def test_the_command_exits_1_and_writes_the_comparison_when_a_cell_is_outside(tm
     metrics["dense"]["R@100"] = 0.9004
     (job_dir / "results.json").write_text(json.dumps({"metrics": metrics, "tuning": {"value": 0.3}}))
     assert main(argv) == 0
+    # --baseline: the refactor guard on one machine; every cell must come out as it did before, to the printed digit
+    before = tmp_path / "before.json"
+    (out / "reproduce.json").rename(before)
+    assert main([*argv, "--baseline", str(before)]) == 0
+    metrics["dense"]["MRR@10"] = 0.5021  # still within tolerance of the registry, but not what it was
+    (job_dir / "results.json").write_text(json.dumps({"metrics": metrics, "tuning": {"value": 0.3}}))
+    assert main([*argv, "--baseline", str(before)]) == 1
+    assert f"CHANGED since {before}: tiny / dense / MRR@10: 0.5019 -> 0.5021" in capsys.readouterr().out
 
 
 def test_quick_runs_the_first_seed_of_what_the_headline_rows_need_in_dependency_order(tmp_path) -> None:
@@ -125,6 +149,10 @@ def test_dry_run_prints_each_command_with_the_directories_it_depends_on(tmp_path
         (TWO_CELLS.replace("{train:", "{trian:"), r"tiny.yaml: job 'dense' takes one of train/evaluate"),
         (TWO_CELLS.replace("rows:", "rows: ["), r"tiny.yaml: not valid YAML"),
         (TWO_CELLS.replace("title: Two cells\n", ""), r"tiny.yaml: missing keys \['title'\]"),
+        (
+            TWO_CELLS.replace("quick: true,", "quick: true, first_seed: {MAP: '1'},"),
+            r"first_seed values \['MAP'\] have no",
+        ),
     ],
 )
 def test_a_broken_registry_file_is_named_with_its_problem(tmp_path, body, message) -> None:

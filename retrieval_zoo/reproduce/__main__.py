@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import json
 import platform
 import re
 import subprocess
@@ -115,6 +116,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--registry", type=Path, default=REGISTRY, help="the registry directory")
     parser.add_argument("--cache-dir", type=Path, help="job directories (default: $RETRIEVAL_ZOO_CACHE/reproduce)")
     parser.add_argument("--out", type=Path, help="where reproduce.md/json go (default: outputs/reproduce/<time>)")
+    parser.add_argument("--baseline", type=Path, help="an earlier reproduce.json: every measured cell must equal it")
     args = parser.parse_args(argv)
     tables = load_registry(args.registry)
     unknown = set(args.tables) - set(tables)
@@ -151,7 +153,20 @@ def main(argv: list[str] | None = None) -> int:
     print(f"\n{summary}; {out / 'reproduce.md'}, {out / 'reproduce.json'}")
     for cell in outside:
         print(f"OUTSIDE: {cell.table} / {cell.row} / {cell.column}: expected {cell.expected}, measured {cell.measured}")
-    return 1 if outside else 0
+    changed = changed_since(args.baseline, cells) if args.baseline else []
+    return 1 if outside or changed else 0
+
+
+def changed_since(baseline: Path, cells: list) -> list[str]:
+    """The cells whose measured text differs from an earlier run's ``reproduce.json`` (a refactor's before)."""
+    before = {(c["table"], c["row"], c["column"]): c["measured"] for c in json.loads(baseline.read_text())["cells"]}
+    changed = []
+    for c in cells:
+        was = before.get((c.table, c.row, c.column), c.measured)
+        if was != c.measured:
+            changed.append(f"CHANGED since {baseline}: {c.table} / {c.row} / {c.column}: {was} -> {c.measured}")
+    print("\n".join(changed) or f"every cell measured in {baseline} came out the same")
+    return changed
 
 
 if __name__ == "__main__":

@@ -25,11 +25,12 @@ class Cell:
 
 
 def tolerance(expected: Expected, row: Row, seeds_measured: int, seeds_registered: int, tol: dict[str, float]) -> float:
-    """|Δ| allowed: the machine spread of the row's kind, plus ``seed_sd_factor`` sd when fewer seeds were run.
+    """|Δ| allowed: the row's own spread, else its kind's machine spread; plus ``seed_sd_factor`` sd for fewer seeds.
 
-    Half a unit in the registered value's last decimal is added too: the README rounds what it reports.
+    A row's own ``tolerance`` is the measured run-to-run spread of a training that is not deterministic. Half a unit
+    in the registered value's last decimal is added too: the README rounds what it reports.
     """
-    allowed = tol["lexical"] if row.lexical else tol["model"]
+    allowed = row.tolerance if row.tolerance is not None else tol["lexical"] if row.lexical else tol["model"]
     if expected.kind == "mean_sd" and seeds_measured < seeds_registered:
         allowed += tol["seed_sd_factor"] * expected.values[1]
     return allowed + 0.5 * 10.0**-expected.decimals
@@ -67,9 +68,11 @@ def compare_table(table: Table, results: dict[tuple[str, int], dict], seeds: dic
         run_seeds = seeds.get(row.job, [])
         if not run_seeds:
             continue  # a row left out of this run (--quick)
-        for column, expected in row.cells.items():
+        all_seeds = len(table.jobs[row.job].seeds)
+        for column, registered in row.cells.items():
+            expected = row.first_seed.get(column, registered) if len(run_seeds) < all_seeds else registered
             values = [field_value(results[(row.job, s)], row.system, table.columns[column]) for s in run_seeds]
-            allowed = tolerance(expected, row, len(run_seeds), len(table.jobs[row.job].seeds), tol)
+            allowed = tolerance(expected, row, len(run_seeds), all_seeds, tol)
             gated = table.gated(column)
             if any(v is None for v in values):
                 cell = Cell(table.name, row.name, column, expected.text, "missing", None, allowed, run_seeds, gated,

@@ -15,7 +15,9 @@ marker above it), where it was last reproduced, the jobs that make its numbers a
       - {name: dense, job: dense, system: dense, quick: true, cells: {MRR@10: "0.5585", λ: "0.33 ± 0.06"}}
 
 A cell is written as the README writes it: ``"0.5585"`` (one seed), ``"0.4483 ± 0.0186"`` (mean ± sample sd over the
-job's seeds) or ``"1.2, 1.0, 1.1"`` (one value per seed); a unit (``"24.4 MiB"``) and ``**bold**`` are ignored.
+job's seeds) or ``"1.2, 1.0, 1.1"`` (one value per seed); a unit (``"24.4 MiB"``) and ``**bold**`` are ignored. A row's
+``first_seed`` gives a mean ± sd cell's value at the job's first seed alone, so that ``--quick`` checks it to the
+machine tolerance instead of to the seed-to-seed spread.
 Fields are a measure of :data:`~retrieval_zoo.evaluation.MEASURES` (of the row's ``system``) or a dotted path into
 ``results.json`` (``tuning.value``, ``complementarity.RoC``, ``efficiency.e_ops``, ``index_MiB``). Measures are gated
 by the tolerances of ``reproductions/tolerances.yaml``; the other fields are compared and reported, not gated.
@@ -93,6 +95,8 @@ class Row:
     cells: dict[str, Expected]
     quick: bool = False
     lexical: bool = False  # Lucene alone (BM25): exact on every machine
+    first_seed: dict[str, Expected] = field(default_factory=dict)  # a mean ± sd cell's value at the first seed alone
+    tolerance: float | None = None  # a row whose training is not deterministic: its measured run-to-run spread
 
 
 @dataclass
@@ -149,9 +153,13 @@ def load_table(path: Path) -> Table:
         unknown = set(spec["cells"]) - set(data["columns"])
         if unknown:
             raise ValueError(f"{row_where}: cells {sorted(unknown)} are not among the columns {list(data['columns'])}")
-        cells = {col: Expected.parse(text, f"{row_where}, {col}") for col, text in spec["cells"].items()}
+        unknown = set(spec.get("first_seed", {})) - set(spec["cells"])
+        if unknown:
+            raise ValueError(f"{row_where}: first_seed values {sorted(unknown)} have no cell")
+        cells, first = ({col: Expected.parse(text, f"{row_where}, {col}") for col, text in spec.get(key, {}).items()}
+                        for key in ("cells", "first_seed"))  # fmt: skip
         rows.append(Row(spec["name"], spec["job"], spec["system"], cells, spec.get("quick", False),
-                        spec.get("lexical", False)))  # fmt: skip
+                        spec.get("lexical", False), first, spec.get("tolerance")))  # fmt: skip
     return Table(data["table"], data["title"], path, data["reproduced"], data["columns"], jobs, rows,
                  data.get("notes", ""))  # fmt: skip
 
