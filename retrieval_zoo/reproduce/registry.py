@@ -50,7 +50,7 @@ class Expected:
     @classmethod
     def parse(cls, text: str, where: str) -> Expected:
         """Read ``"0.5585"``, ``"0.4483 ± 0.0186"``, ``"1.2, 1.0, 1.1"`` or ``"**24.4** MiB"``."""
-        clean = re.sub(r"\s*(MiB|ms)$", "", str(text).replace("*", "").strip())
+        clean = re.sub(r"\s*MiB$", "", str(text).replace("*", "").strip())
         parts = [p.strip() for p in (clean.split(", ") if ", " in clean else clean.split("±"))]
         try:
             values = tuple(float(p.replace(",", "")) for p in parts)
@@ -110,8 +110,6 @@ class Table:
     columns: dict[str, str]
     jobs: dict[str, Job]
     rows: list[Row]
-    notes: str = ""
-    seeds_of: dict[str, tuple[int, ...]] = field(default_factory=dict)
 
     def gated(self, column: str) -> bool:
         """Whether a column's cells decide the exit status: the trec_eval measures do."""
@@ -160,8 +158,7 @@ def load_table(path: Path) -> Table:
                         for key in ("cells", "first_seed"))  # fmt: skip
         rows.append(Row(spec["name"], spec["job"], spec["system"], cells, spec.get("quick", False),
                         spec.get("lexical", False), first, spec.get("tolerance")))  # fmt: skip
-    return Table(data["table"], data["title"], path, data["reproduced"], data["columns"], jobs, rows,
-                 data.get("notes", ""))  # fmt: skip
+    return Table(data["table"], data["title"], path, data["reproduced"], data["columns"], jobs, rows)
 
 
 def load_registry(directory: Path = REGISTRY) -> dict[str, Table]:
