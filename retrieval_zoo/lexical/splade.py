@@ -95,7 +95,9 @@ class _PooledProjection(torch.autograd.Function):
         for first in range(0, len(text), step):
             t, v = text[first : first + step], term[first : first + step]
             g, position = grad[t, v].unsqueeze(1), argmax[t, v]
-            grad_x.index_put_((t, position), g * weight[v], accumulate=True)
+            # index_add_ over the flattened (B·L, H) view, not index_put_(accumulate=True): on CPU the latter sums
+            # duplicate (text, position) pairs in a thread-dependent order, so two runs of one command differed.
+            grad_x.view(-1, x.shape[-1]).index_add_(0, t * x.shape[1] + position, g * weight[v])
             grad_weight.index_add_(0, v, g * x[t, position])
         return grad_x, grad_weight, None, None
 
