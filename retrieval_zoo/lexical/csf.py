@@ -20,6 +20,7 @@ from dataclasses import dataclass, fields
 import torch
 
 from retrieval_zoo.distributed import gather_rows, row_counts, world
+from retrieval_zoo.rows import take_rows
 
 BAGS = ("both", "original", "expansion")
 
@@ -102,7 +103,7 @@ def csf_bags(
         parts.append((text, input_ids[text, position], position, self_weights[text, position], True))
     text, surface, source, weight = (torch.cat([p[i] for p in parts]) for i in range(4))
     original = torch.cat([torch.full_like(p[0], p[4], dtype=torch.bool) for p in parts])
-    vector = None if vectors is None else vectors[text, source]
+    vector = None if vectors is None else take_rows(vectors.flatten(0, 1), text * vectors.shape[1] + source)
     tokens = source_mask.sum(1)
     return CsfBags(text, surface, source, weight, vector, original, input_ids.shape[0], input_ids.shape[1], tokens)
 
@@ -172,9 +173,9 @@ def max_sum_scores(
     pair_query = torch.repeat_interleave(torch.arange(len(count), device=count.device), count)  # A of each pair
     first = (count.cumsum(0) - count)[pair_query]
     pair_doc = start[pair_query] + torch.arange(len(pair_query), device=count.device) - first  # B of each pair
-    value = query.weight[pair_query] * postings.weight[pair_doc]  # w_A·w_B
+    value = take_rows(query.weight, pair_query) * take_rows(postings.weight, pair_doc)  # w_A·w_B
     if query.vector is not None:  # ·f(v_A, v_B): dot product of (unit, for cosine) vectors
-        value = value * (query.vector[pair_query] * postings.vector[pair_doc]).sum(-1)
+        value = value * (take_rows(query.vector, pair_query) * take_rows(postings.vector, pair_doc)).sum(-1)
     docs = postings.doc[pair_doc]
     if num_docs is None:
         columns, column = torch.unique(docs, return_inverse=True)

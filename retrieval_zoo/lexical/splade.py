@@ -18,6 +18,8 @@ from __future__ import annotations
 import torch
 from transformers import PreTrainedModel
 
+from retrieval_zoo.rows import add_rows
+
 
 def mlm_head_parts(model: PreTrainedModel) -> tuple[torch.nn.Module, torch.nn.Module, torch.nn.Linear]:
     """(encoder, transform before the vocabulary projection, vocabulary projection) of a BERT-style MLM."""
@@ -95,10 +97,8 @@ class _PooledProjection(torch.autograd.Function):
         for first in range(0, len(text), step):
             t, v = text[first : first + step], term[first : first + step]
             g, position = grad[t, v].unsqueeze(1), argmax[t, v]
-            # index_add_ over the flattened (B·L, H) view, not index_put_(accumulate=True): on CPU the latter sums
-            # duplicate (text, position) pairs in a thread-dependent order, so two runs of one command differed.
-            grad_x.view(-1, x.shape[-1]).index_add_(0, t * x.shape[1] + position, g * weight[v])
-            grad_weight.index_add_(0, v, g * x[t, position])
+            add_rows(grad_x.view(-1, x.shape[-1]), t * x.shape[1] + position, g * weight[v])  # rows repeat
+            add_rows(grad_weight, v, g * x[t, position])
         return grad_x, grad_weight, None, None
 
 

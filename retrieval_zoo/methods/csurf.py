@@ -26,6 +26,7 @@ from retrieval_zoo.lexical.splade import max_pooled_logits, mlm_head_parts
 from retrieval_zoo.losses import flops, kl_distillation, quadratic_warmup
 from retrieval_zoo.methods.base import Optim
 from retrieval_zoo.methods.dense import DenseBiEncoder, own_group
+from retrieval_zoo.rows import take_rows
 
 SIMILARITIES = ("cosine", "dot")
 
@@ -102,7 +103,9 @@ class CSurF(DenseBiEncoder):
         maxima, sources, hidden = max_pooled_logits(self.encoder, ids, mask, source_mask)
         expansion = torch.log1p(torch.relu(maxima))  # w_t = max_i φ_e(x_i)[t]: φ_e is monotonic, so max first
         _, transform, projection = mlm_head_parts(self.encoder)
-        own = (transform(hidden) * projection.weight[ids]).sum(-1) + projection.bias[ids]
+        rows = ids.flatten()  # the text's own ids repeat: take_rows sums their gradients in a fixed order
+        own = (transform(hidden) * take_rows(projection.weight, rows).view(*ids.shape, -1)).sum(-1)
+        own = own + take_rows(projection.bias, rows).view(ids.shape)
         self_weights = torch.log1p(torch.relu(own))  # E_i[x_i], the original CSFs' weights
         vectors = None
         if self.vector_projection is not None:
