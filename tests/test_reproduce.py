@@ -212,3 +212,18 @@ rows:
     mtime = (trained / "results.json").stat().st_mtime
     assert main(argv) == 1 and (trained / "results.json").stat().st_mtime == mtime  # read from the cache
     assert capsys.readouterr().out.count("cached") == 2
+
+
+def test_every_registered_command_composes_with_its_script_s_config(tmp_path) -> None:
+    # Each job's command line as the runner builds it (seed, quiet flags, run_dir of the evaluated run) must be a
+    # valid override list for train.yaml / evaluate.yaml: a standalone evaluate job once got train.py's logger=csv.
+    from hydra import compose, initialize_config_dir
+
+    runner = Runner(cache_dir=tmp_path, dry_run=True)
+    with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
+        for table in load_registry(REGISTRY).values():
+            for job in table.jobs.values():
+                evaluated = tmp_path / "evaluated" if job.of else None
+                command = runner.command(job, job.seeds[0], evaluated)[2:]
+                command = [re.sub(r"\{dir:\w+\}", str(tmp_path), part) for part in command]
+                compose(config_name=job.script, overrides=command, return_hydra_config=True)

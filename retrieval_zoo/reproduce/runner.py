@@ -74,8 +74,9 @@ class Runner:
     def command(self, job: Job, seed: int, evaluated: Path | None) -> list[str]:
         """The job's command line for one seed (an evaluation takes the evaluated run's seed with it)."""
         head = [sys.executable, f"{job.script}.py"]
-        if job.script == "evaluate" and evaluated is not None:
-            return head + [f"run_dir={evaluated}", *job.overrides, *QUIET[1:]]
+        if job.script == "evaluate":  # evaluate.py has no logger group
+            where = [f"run_dir={evaluated}"] if evaluated is not None else []
+            return head + [*where, *job.overrides, *([] if evaluated else [f"seed={seed}"]), *QUIET[1:]]
         return head + [*job.overrides, f"seed={seed}", *QUIET]
 
     def directory(self, job: Job, seed: int, evaluated: Path | None) -> Path:
