@@ -20,6 +20,17 @@ def isolated_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return path
 
 
+@pytest.fixture
+def two_threads():
+    """torch on 2 threads for the test (where parallel CPU kernels can reorder sums), restored afterwards."""
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(2)
+    yield
+    torch.set_num_threads(threads)
+
+
 @pytest.fixture(scope="session")
 def tiny_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A 400-document slice of the embedded collection: 120 train and 30 dev queries, MS MARCO layout."""

@@ -94,28 +94,23 @@ def test_pooled_projection_backward_equals_autograd_through_the_logits() -> None
         assert torch.allclose(fast_grad, naive_grad, rtol=1e-4, atol=1e-4)
 
 
-def test_pooled_projection_backward_is_bitwise_repeatable_on_two_threads() -> None:
+def test_pooled_projection_backward_is_bitwise_repeatable_on_two_threads(two_threads) -> None:
     # One text, 4 positions, 20k ids: both threads add into the same 4 rows of grad_x at once. index_put_(accumulate=
     # True) summed them in a thread-dependent order here (two CSurF trainings of one command differed).
     from retrieval_zoo.lexical.splade import _PooledProjection
 
-    threads = torch.get_num_threads()
-    torch.set_num_threads(2)
-    try:
-        generator = torch.Generator().manual_seed(0)
-        x = torch.randn(1, 4, 32, generator=generator, requires_grad=True)
-        weight = torch.randn(20000, 32, generator=generator, requires_grad=True)
-        upstream = torch.randn(1, 20000, generator=generator)
+    generator = torch.Generator().manual_seed(0)
+    x = torch.randn(1, 4, 32, generator=generator, requires_grad=True)
+    weight = torch.randn(20000, 32, generator=generator, requires_grad=True)
+    upstream = torch.randn(1, 20000, generator=generator)
 
-        def gradients() -> tuple[torch.Tensor, ...]:
-            maxima, _ = _PooledProjection.apply(x, weight, torch.ones(1, 4), 4096)
-            return torch.autograd.grad((maxima * upstream).sum(), (x, weight))
+    def gradients() -> tuple[torch.Tensor, ...]:
+        maxima, _ = _PooledProjection.apply(x, weight, torch.ones(1, 4), 4096)
+        return torch.autograd.grad((maxima * upstream).sum(), (x, weight))
 
-        first = gradients()
-        for _ in range(4):
-            assert all(torch.equal(a, b) for a, b in zip(first, gradients(), strict=True))
-    finally:
-        torch.set_num_threads(threads)
+    first = gradients()
+    for _ in range(4):
+        assert all(torch.equal(a, b) for a, b in zip(first, gradients(), strict=True))
 
 
 def test_flops_and_its_warmup_by_hand() -> None:
