@@ -3,7 +3,8 @@ import torch
 
 from retrieval_zoo.backbones import TinyRandomBackbone
 from retrieval_zoo.data.datamodule import TrainBatch
-from retrieval_zoo.index.hybrid import HybridRetriever
+from retrieval_zoo.index.base import fused_parts
+from retrieval_zoo.index.hybrid import HybridRetriever, Union
 from retrieval_zoo.methods.clear import CLEAR, MARKERS
 
 
@@ -76,13 +77,13 @@ def test_a_side_alone_reuses_the_fused_search() -> None:
 
     retriever = HybridRetriever(FakeBM25(), CountingDense(), weight=0.5, depth=2)
     retriever.search({"q": "text"}, k=3)
-    model = CLEAR.__new__(CLEAR)  # component_runs reads nothing from the model
-    assert CLEAR.component_runs(model, retriever, {"q": "text"}, 1) == {
+    assert fused_parts(retriever) == ("lexical", "semantic")
+    assert {part: retriever.side(part, {"q": "text"}, 1) for part in fused_parts(retriever)} == {
         "lexical": {"q": {"a": 10.0}},
-        "dense": {"q": {"c": 3.0}},
+        "semantic": {"q": {"c": 3.0}},
     }
     assert calls == [2]  # one dense search, shared by the fusion and the dense-only run
-    retriever.side("dense", {"q": "text"}, 5)  # deeper than the fusion's depth: a search of its own
+    retriever.side("semantic", {"q": "text"}, 5)  # deeper than the fusion's depth: a search of its own
     assert calls == [2, 5]
 
 
@@ -95,12 +96,12 @@ def test_tune_picks_the_best_lambda_on_held_out_queries() -> None:
         def search(self, queries, k):
             return {"q": {"rel": 5.0, "x": 1.0}}
 
-    model = CLEAR(TinyRandomBackbone(hidden_size=32), lambda_test_grid=(0.0, 0.5, 0.9))
-    retriever = HybridRetriever(Lex(), Dense(), weight=0.9, depth=2)
-    chosen = model.tune(retriever, {"q": "text"}, {"q": {"rel": 1}})
+    index = Union(weighted="lexical", weight_grid=(0.0, 0.5, 0.9), tune_measure="MRR@10")
+    retriever = HybridRetriever(Lex(), Dense(), weight=0.9, weighted="lexical", depth=2)
+    chosen = index.tune(retriever, {"q": "text"}, {"q": {"rel": 1}})
     # rel − x = (5 − 1) + λ·(2 − 9): rel ranks first for λ < 4/7, so 0.0 and 0.5 tie at MRR 1; ties go to the smaller.
-    assert chosen["curve"] == {0.0: 1.0, 0.5: 1.0, 0.9: 0.5}
-    assert chosen["value"] == 0.0 == model.lambda_test == retriever.weight
+    assert chosen["curve"] == {0.0: 1.0, 0.5: 1.0, 0.9: 0.5} and chosen["parameter"] == "lexical_weight"
+    assert chosen["value"] == 0.0 == retriever.weight
 
 
 def test_tuning_averages_over_the_held_out_queries_only(tiny, tiny_bm25, tmp_path) -> None:
@@ -108,8 +109,9 @@ def test_tuning_averages_over_the_held_out_queries_only(tiny, tiny_bm25, tmp_pat
 
     from retrieval_zoo.pipeline import evaluate_method
 
-    model = CLEAR(TinyRandomBackbone(hidden_size=32), retrieval_depth=50, lambda_test_grid=(0.9,)).eval()
-    evaluate_method(model, tiny, tiny_bm25, "dev", 20, tmp_path, "clear", tune_queries=10)
+    model = CLEAR(TinyRandomBackbone(hidden_size=32)).eval()
+    index = Union(weighted="lexical", weight_grid=(0.9,), tune_measure="MRR@10", depth=50)
+    evaluate_method(model, index, tiny, tiny_bm25, "dev", 20, tmp_path, "clear", tune_queries=10)
     tuning = json.loads((tmp_path / "results.json").read_text())["tuning"]
     assert tuning["queries"] == 10
     # Averaged over all 120 training queries instead, the MRR could not exceed 10/120.

@@ -4,6 +4,7 @@ import torch
 from retrieval_zoo.backbones import TinyRandomBackbone
 from retrieval_zoo.lexical.delade import delade_vectors, delade_vectors_naive
 from retrieval_zoo.losses import kl_distillation
+from retrieval_zoo.index.terms import Gip
 from retrieval_zoo.methods.delade import DeLADE
 from tests.conftest import two_query_batch as batch
 
@@ -64,16 +65,16 @@ def test_training_score_is_eq_13_and_losses_are_named() -> None:
 def test_lexical_only_model_has_no_cls_part() -> None:
     model = DeLADE(TinyRandomBackbone(hidden_size=32), cls_dim=0)
     assert model.encode_doc(["a document"]).shape == (1, model.vocab_size)
-    assert model.complementarity_parts is None and model.needs == frozenset()
+    assert model.needs == frozenset()
     losses, _ = model.losses(batch())
     assert set(losses) == {"nll"}
     with pytest.raises(ValueError, match="cls_dim"):
         DeLADE(TinyRandomBackbone(hidden_size=32), cls_dim=0, kd_semantic_weight=1.0)
 
 
-def test_dhr_retrieval_scores_are_gip_and_parts_add_up(tiny) -> None:
-    model = DeLADE(TinyRandomBackbone(hidden_size=32), cls_dim=8, slices=128, first_stage=None, doc_max_length=24)
-    retriever = model.eval().build_retriever(tiny)
+def test_dhr_retrieval_scores_are_gip_and_parts_add_up(tiny, tiny_bm25) -> None:
+    model = DeLADE(TinyRandomBackbone(hidden_size=32), cls_dim=8, doc_max_length=24)
+    retriever = Gip(slices=128, first_stage=None).build(model.eval(), tiny, tiny_bm25)
     assert retriever.nbytes == len(tiny.corpus) * (2 * (128 + 8) + 1 * 128)  # float16 values; uint8 DLR positions
     queries = dict(list(tiny.judged_queries("dev").items())[:5])
     fused = retriever.search(queries, 400)
@@ -96,7 +97,7 @@ def test_delade_cls_trains_and_evaluates_through_dhrs(tiny_dir, tmp_path) -> Non
     run_app(
         "train.py", "method=delade_cls", *tiny_dataset(tiny_dir), "backbone=tiny_random", "trainer=cpu",
         "trainer.max_epochs=1", "data.batch_size=8", "data.val_queries=10", "eval.k=100", "eval.explain=2",
-        "method.slices=128", "method.doc_max_length=24", "method.candidates=100", "logger=csv",
+        "index.slices=128", "method.doc_max_length=24", "index.candidates=100", "logger=csv",
         f"hydra.run.dir={out}",
     )  # fmt: skip
     results = json.loads((out / "results.json").read_text())

@@ -5,7 +5,8 @@ import torch
 
 from retrieval_zoo.losses import group_targets, in_batch_accuracy, listwise_nll
 from retrieval_zoo.methods.base import Optim
-from retrieval_zoo.methods.encoding import cls_pool, length_sorted_batches, mean_pool
+from retrieval_zoo.batching import length_sorted_batches
+from retrieval_zoo.methods.encoding import cls_pool, mean_pool
 
 
 def test_listwise_nll_by_hand() -> None:

@@ -6,21 +6,21 @@ w_t = max_i E_i[t] and is grounded to s_t = argmax_i E_i[t] (§3.2); with the or
 the bag of CSFs C = O ∪ E (or O or E alone, Table 2). A query and a document score Σ_{q_i} max over same-form CSF
 pairs of w_q·w_d·f(v_q, v_d), f = cosine or dot, or weights alone with |v| = 0 (§3.3). Training sums the contrastive
 NLL over BM25 and in-batch negatives (L_ret) and the FLOPS regularisers λ_q·L_reg^q + λ_d·L_reg^d (§3.5), λ warmed
-up quadratically; CSurF_HN adds a KL term to teacher scores over each query's group (L_HN). Retrieval uses inverted
-lists scored exactly as training scores (:mod:`retrieval_zoo.index.csf`).
+up quadratically; CSurF_HN adds a KL term to teacher scores over each query's group (L_HN). The model produces
+``csf_bags``, searched through inverted lists scored exactly as training scores (``index=csf``;
+:mod:`retrieval_zoo.index.csf`).
 """
 
 from __future__ import annotations
+
+from typing import ClassVar
 
 import torch
 import torch.nn.functional as F
 
 from retrieval_zoo.backbones import Backbone
-from retrieval_zoo.data.collections import Collection
 from retrieval_zoo.data.datamodule import TrainBatch
 from retrieval_zoo.distributed import global_mean
-from retrieval_zoo.index.csf import CsfRetriever, encode_bags_payload
-from retrieval_zoo.index.shards import CorpusShards, Payload
 from retrieval_zoo.lexical.csf import BAGS, CsfBags, Postings, csf_bags, gather_bags, max_sum_scores
 from retrieval_zoo.lexical.splade import max_pooled_logits, mlm_head_parts
 from retrieval_zoo.losses import flops, kl_distillation, quadratic_warmup
@@ -46,13 +46,13 @@ class CSurF(DenseBiEncoder):
         in_batch_negatives: Score each query against every document of the batch.
         gather_across_devices: Under DDP, in-batch negatives are the global batch's documents (with gradients).
         kd_weight: Weight of KL(teacher ‖ model) over each query's group (L_HN); > 0 needs ``data.teacher_run``.
-        prune_threshold: Postings with a lower weight are not indexed (1e-8).
-        prune_fraction: α, the lowest-weight share of postings removed after indexing (Figure 2).
         query_max_length: Query truncation, in tokens.
         doc_max_length: Document truncation, in tokens.
         encode_batch_size: Texts per forward pass when indexing.
         val_k: Validation retrieval depth.
     """
+
+    representations: ClassVar[tuple[str, ...]] = ("csf_bags",)
 
     def __init__(
         self,
@@ -67,8 +67,6 @@ class CSurF(DenseBiEncoder):
         in_batch_negatives: bool = True,
         gather_across_devices: bool = True,
         kd_weight: float = 0.0,
-        prune_threshold: float = 1e-8,
-        prune_fraction: float = 0.0,
         query_max_length: int = 32,
         doc_max_length: int = 128,
         encode_batch_size: int = 64,
@@ -91,7 +89,6 @@ class CSurF(DenseBiEncoder):
         self.lambda_q, self.lambda_d, self.flops_warmup_steps = lambda_q, lambda_d, flops_warmup_steps
         self.kd_weight = kd_weight
         self.needs = frozenset({"teacher_scores"}) if kd_weight > 0 else frozenset()
-        self.prune_threshold, self.prune_fraction = prune_threshold, prune_fraction
         self.register_buffer("special_ids", torch.tensor(self.tokenizer.all_special_ids), persistent=False)
 
     def encode_bags(self, ids: torch.Tensor, mask: torch.Tensor) -> tuple[CsfBags, torch.Tensor]:
@@ -156,12 +153,3 @@ class CSurF(DenseBiEncoder):
             "score/positive": group_scores[:, 0].detach(),
         }
         return losses, diagnostics
-
-    def encode_corpus_shard(self, texts: list[str]) -> Payload:
-        """The documents' bags of CSFs as named tensors (:func:`retrieval_zoo.index.csf.encode_bags_payload`)."""
-        return encode_bags_payload(self.encode_doc, texts, self.encode_batch_size)
-
-    def build_retriever(self, collection: Collection, shards: CorpusShards | None = None) -> CsfRetriever:
-        """Index the corpus's CSFs in inverted lists, one set per shard."""
-        shards = self.corpus_shards(collection, shards)
-        return CsfRetriever(self.encode_query, shards, self.vocab_size, self.prune_threshold, self.prune_fraction)

@@ -3,7 +3,8 @@
 One shared encoder embeds queries and documents; the score is a dot product (DPR Eq. 1, Karpukhin et al. 2020;
 CLEAR Eq. 4). Pooling is the mean over real tokens (CLEAR Eq. 2–3) or the [CLS] vector (DPR). Training minimises
 the listwise NLL of the positive among the group's BM25 negatives and, optionally, every other document of the
-batch (in-batch negatives, DPR Eq. 2). Retrieval is faiss inner-product search over the encoded corpus.
+batch (in-batch negatives, DPR Eq. 2). It produces ``vectors``: faiss inner-product search by default
+(``index=faiss``), or fused with BM25 (``index=union``).
 """
 
 from __future__ import annotations
@@ -14,14 +15,11 @@ import torch
 from transformers import PreTrainedTokenizerBase
 
 from retrieval_zoo.backbones import Backbone
-from retrieval_zoo.data.collections import Collection
 from retrieval_zoo.data.datamodule import TrainBatch
 from retrieval_zoo.distributed import gather_rows
-from retrieval_zoo.index.dense import DenseRetriever
-from retrieval_zoo.index.shards import CorpusShards, Payload
 from retrieval_zoo.losses import group_targets, in_batch_accuracy, listwise_nll
 from retrieval_zoo.methods.base import Optim, RetrievalMethod
-from retrieval_zoo.methods.encoding import POOLING, encode_payload
+from retrieval_zoo.methods.encoding import POOLING
 
 
 def own_group(scores: torch.Tensor, batch: TrainBatch, first_doc: int = 0) -> torch.Tensor:
@@ -44,13 +42,12 @@ class DenseBiEncoder(RetrievalMethod):
         gather_across_devices: Under DDP, in-batch negatives are the documents of the global batch, gathered from
             every rank with their gradients (:mod:`retrieval_zoo.distributed`); False keeps each rank's own.
         temperature: Scores are divided by it inside the softmax (1.0 = plain DPR).
-        index_factory: faiss factory string of the retrieval index.
         encode_batch_size: Texts per forward pass when encoding a corpus.
         val_k: Validation retrieval depth.
         mlm_head: Load the masked-LM model (encoder + vocabulary projection), for methods that use the logits.
     """
 
-    encodes_corpus: ClassVar[bool] = True
+    representations: ClassVar[tuple[str, ...]] = ("vectors",)
 
     def __init__(
         self,
@@ -62,7 +59,6 @@ class DenseBiEncoder(RetrievalMethod):
         in_batch_negatives: bool = True,
         gather_across_devices: bool = True,
         temperature: float = 1.0,
-        index_factory: str = "Flat",
         encode_batch_size: int = 128,
         val_k: int = 100,
         mlm_head: bool = False,
@@ -76,7 +72,7 @@ class DenseBiEncoder(RetrievalMethod):
         self.query_max_length, self.doc_max_length = query_max_length, doc_max_length
         self.in_batch_negatives, self.temperature = in_batch_negatives, temperature
         self.gather_across_devices = gather_across_devices
-        self.index_factory, self.encode_batch_size = index_factory, encode_batch_size
+        self.encode_batch_size = encode_batch_size
 
     def _tokenize(self, texts: list[str], max_length: int) -> tuple[torch.Tensor, torch.Tensor]:
         """(N,) texts → padded input ids and attention mask, both (N, L), on the model's device."""
@@ -138,12 +134,3 @@ class DenseBiEncoder(RetrievalMethod):
             scores, targets = own_group(scores, batch, first_doc), group_targets(size, group, False, scores.device)
         scores = scores / self.temperature
         return listwise_nll(scores, targets), in_batch_accuracy(scores, targets)
-
-    def encode_corpus_shard(self, texts: list[str]) -> Payload:
-        """``vectors``: (n, H) float32 document vectors of ``texts``."""
-        return encode_payload(lambda batch: {"vectors": self.encode_doc(batch)}, texts, self.encode_batch_size, "docs")
-
-    def build_retriever(self, collection: Collection, shards: CorpusShards | None = None) -> DenseRetriever:
-        """The corpus's vectors in a (sharded) faiss inner-product index."""
-        shards = self.corpus_shards(collection, shards)
-        return DenseRetriever(self, shards, self.index_factory, self.encode_batch_size)
