@@ -50,7 +50,7 @@ def test_train_then_evaluate(tiny_dir: Path, tmp_path: Path) -> None:
     offline_runs = list((out / "wandb").glob("offline-run-*"))
     assert offline_runs, "wandb should have written an offline run"
     records = next(offline_runs[0].glob("run-*.wandb")).read_bytes()  # the records `wandb sync` uploads
-    for key in (b"eval/dense/MRR@10", b"eval/BM25/MRR@10", b"train/loss/nll", b"backbone:tiny_random", b"run-files"):
+    for key in (b"eval/dense/MRR@10", b"eval/BM25/MRR@10", b"train/loss/nll", b"backbone:tiny_random", b"index:faiss", b"run-files"):
         assert key in records, key  # summary metrics, loss components, tags, the artifact of run files
     (table,) = (offline_runs[0] / "files" / "media" / "table" / "eval").glob("moved_queries_*.table.json")
     moved = json.loads(table.read_text())
@@ -59,7 +59,8 @@ def test_train_then_evaluate(tiny_dir: Path, tmp_path: Path) -> None:
         for r in results["moved_queries"]
     ]
     config = (out / "run_config.yaml").read_text().splitlines()
-    assert config[:3] == ["method_name: dense", "backbone_name: tiny_random", "dataset_name: msmarco_passage"]
+    identity = ["method_name: dense", "index_name: faiss", "backbone_name: tiny_random", "dataset_name: msmarco_passage"]
+    assert config[:4] == identity
 
     evaluated = tmp_path / "evaluate"
     stdout = run_app("evaluate.py", f"run_dir={out}", "eval.k=100", f"hydra.run.dir={evaluated}")
