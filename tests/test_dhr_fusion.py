@@ -1,11 +1,11 @@
 import pytest
 
-from retrieval_zoo.backbones import TinyRandomBackbone
 from retrieval_zoo.evaluation import evaluate
 from retrieval_zoo.index.base import fused_parts
 from retrieval_zoo.index.terms import Gip
 from retrieval_zoo.methods.dense import DenseBiEncoder
 from retrieval_zoo.methods.dhr_fusion import DhrFusion, bag_matrix
+from tests.conftest import tiny_encoder
 
 
 def test_bag_matrix_places_weights_and_drops_unknown_terms() -> None:
@@ -31,7 +31,7 @@ def test_bm25_dlr_only_loses_what_collisions_hide(tiny, tiny_bm25) -> None:
 
 
 def test_bm25_plus_dense_dhr_adds_the_two_parts(tiny, tiny_bm25) -> None:
-    dense = DenseBiEncoder(TinyRandomBackbone(hidden_size=32), pooling="mean", doc_max_length=32)
+    dense = DenseBiEncoder(tiny_encoder(doc_max_length=32))
     model = DhrFusion(lexical="bm25", dense=dense).eval()
     retriever = Gip(slices=128, first_stage=None, weight=4.0).build(model, tiny, tiny_bm25)
     assert fused_parts(retriever) == ("lexical", "semantic")
@@ -46,7 +46,7 @@ def test_bm25_plus_dense_dhr_adds_the_two_parts(tiny, tiny_bm25) -> None:
 
 
 def test_tuning_picks_the_best_lambda_on_held_out_queries(tiny, tiny_bm25) -> None:
-    dense = DenseBiEncoder(TinyRandomBackbone(hidden_size=32), pooling="mean", doc_max_length=32)
+    dense = DenseBiEncoder(tiny_encoder(doc_max_length=32))
     index = Gip(slices=128, first_stage=None, weight_grid=(0.0, 1.0, 100.0))
     retriever = index.build(DhrFusion(lexical="bm25", dense=dense).eval(), tiny, tiny_bm25)
     queries = dict(list(tiny.judged_queries("train").items())[:20])
@@ -59,14 +59,16 @@ def test_tuning_picks_the_best_lambda_on_held_out_queries(tiny, tiny_bm25) -> No
 
 
 def test_splade_dlr_runs_on_the_backbone_mlm(tiny, tiny_bm25) -> None:
-    model = DhrFusion(lexical="splade", backbone=TinyRandomBackbone(hidden_size=32), max_length=16).eval()
+    model = DhrFusion(
+        lexical="splade", encoder=tiny_encoder(mlm_head=True, query_max_length=16, doc_max_length=16)
+    ).eval()
     retriever = Gip(slices=128).build(model, tiny, tiny_bm25)
     assert retriever.slicing.discard == 570 and fused_parts(retriever) is None  # BERT's unused ids; no [CLS] part
     run = retriever.search(dict(list(tiny.judged_queries("dev").items())[:3]), 5)
     assert len(run) == 3 and all(len(docs) == 5 for docs in run.values())
     with pytest.raises(ValueError, match="lexical must be"):
         DhrFusion(lexical="tfidf")
-    with pytest.raises(ValueError, match="needs a backbone"):
+    with pytest.raises(ValueError, match="needs an encoder with its MLM head"):
         DhrFusion(lexical="splade")
 
 

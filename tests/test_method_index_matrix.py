@@ -30,9 +30,10 @@ def composed(method: str, index: str):
     with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
         cfg = compose("train", [f"method={method}", f"index={index}", "backbone=tiny_random"])
     cfg.method_name, cfg.index_name = method, index  # Hydra's choices, which compose() leaves unresolvable
-    for key, value in (("doc_max_length", 16), ("max_length", 16), ("encode_batch_size", 64)):
-        if key in cfg.method:
-            OmegaConf.update(cfg, f"method.{key}", value)
+    for node in ("method.encoder", "method.dense.encoder"):  # short texts: the tiny corpus encodes fast
+        if OmegaConf.select(cfg, node) is not None:
+            OmegaConf.update(cfg, f"{node}.query_max_length", 16)
+            OmegaConf.update(cfg, f"{node}.doc_max_length", 16)
     if "depth" in cfg.index:
         OmegaConf.update(cfg, "index.depth", 50)
     return cfg
@@ -46,7 +47,7 @@ def small_bags(model) -> None:
     """A random MLM head expands to most of the vocabulary: a negative bias keeps CSurF's bags small, as trained."""
     if hasattr(model, "vector_projection"):
         with torch.no_grad():
-            model.encoder.cls.predictions.bias.fill_(-0.3)
+            model.encoder.model.cls.predictions.bias.fill_(-0.3)
 
 
 def brute_force(model, index, retriever, tiny, bm25, queries: dict[str, str]) -> dict[str, dict[str, float]]:
@@ -80,8 +81,8 @@ def term_scores(model, index, retriever, tiny, bm25, texts: list[str]) -> torch.
     payload = encoder.encode_docs(list(tiny.corpus))
     q_lex, q_cls = encoder.encode_queries(texts)
     if isinstance(retriever, DhrRetriever):
-        from retrieval_zoo.index.dlr import gip
         from retrieval_zoo.index.dhr import densify_parts
+        from retrieval_zoo.index.dlr import gip
 
         order, lam = retriever.slicing.order(), retriever.lam
         qv, qi, _ = densify_parts(q_lex, q_cls, retriever.slicing, order, lam)

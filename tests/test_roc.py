@@ -1,12 +1,12 @@
 import pytest
 import torch
 
-from retrieval_zoo.backbones import TinyRandomBackbone
 from retrieval_zoo.data.datamodule import TrainBatch
 from retrieval_zoo.evaluation import evaluate
 from retrieval_zoo.index.concatenated import Concatenated
 from retrieval_zoo.index.hybrid import Union
 from retrieval_zoo.methods.roc import RoC
+from tests.conftest import tiny_encoder
 
 
 def batch() -> TrainBatch:
@@ -19,13 +19,13 @@ def batch() -> TrainBatch:
 
 
 def test_losses_are_nll_plus_weighted_orthogonality() -> None:
-    model = RoC(TinyRandomBackbone(hidden_size=32), mask_fraction=0.0, ortho_weight=1.0)
+    model = RoC(tiny_encoder(pooling="cls"), mask_fraction=0.0, ortho_weight=1.0)
     losses, diagnostics = model.losses(batch())
     assert set(losses) == {"nll", "ortho"} and losses["ortho"].item() == pytest.approx(
         diagnostics["orthogonality"].item()
     )
     assert 0 < diagnostics["orthogonality"].item() < 2
-    only_nll = RoC(TinyRandomBackbone(hidden_size=32), mask_fraction=0.0, ortho_weight=0.0)
+    only_nll = RoC(tiny_encoder(pooling="cls"), mask_fraction=0.0, ortho_weight=0.0)
     assert set(only_nll.losses(batch())[0]) == {"nll"}
     # The lexical vectors are the fixed projection of the BM25 bags (no gradient reaches them).
     lex = model.lexical(batch().bm25_query_vectors)
@@ -33,7 +33,7 @@ def test_losses_are_nll_plus_weighted_orthogonality() -> None:
 
 
 def test_masking_happens_in_training_only(tiny, tiny_bm25, monkeypatch) -> None:
-    model = RoC(TinyRandomBackbone(hidden_size=32), mask_fraction=0.15)
+    model = RoC(tiny_encoder(pooling="cls"), mask_fraction=0.15)
     calls = []
     import retrieval_zoo.methods.roc as roc_module
 
@@ -49,7 +49,7 @@ def test_masking_happens_in_training_only(tiny, tiny_bm25, monkeypatch) -> None:
 
 
 def test_retriever_scores_eq_11_and_sides(tiny, tiny_bm25) -> None:
-    model = RoC(TinyRandomBackbone(hidden_size=32)).eval()
+    model = RoC(tiny_encoder(pooling="cls")).eval()
     retriever = Concatenated(weight=0.5).build(model, tiny, tiny_bm25)
     queries = dict(list(tiny.judged_queries("dev").items())[:20])
     lexical, semantic = retriever.side("lexical", queries, 400), retriever.side("semantic", queries, 400)
@@ -67,7 +67,7 @@ def test_retriever_scores_eq_11_and_sides(tiny, tiny_bm25) -> None:
 def test_exact_fusion_is_bm25_plus_lambda_cls_over_the_union(tiny, tiny_bm25) -> None:
     from retrieval_zoo.index.hybrid import HybridRetriever
 
-    model = RoC(TinyRandomBackbone(hidden_size=32)).eval()
+    model = RoC(tiny_encoder(pooling="cls")).eval()
     index = Union(depth=30, weight=2.0)
     retriever = index.build(model, tiny, tiny_bm25)
     assert isinstance(retriever, HybridRetriever)
@@ -86,7 +86,7 @@ def test_exact_fusion_is_bm25_plus_lambda_cls_over_the_union(tiny, tiny_bm25) ->
 
 
 def test_tuning_picks_lambda_on_the_grid(tiny, tiny_bm25) -> None:
-    model = RoC(TinyRandomBackbone(hidden_size=32)).eval()
+    model = RoC(tiny_encoder(pooling="cls")).eval()
     index = Concatenated(weight_grid=(0.0, 1.0))
     retriever = index.build(model, tiny, tiny_bm25)
     queries = dict(list(tiny.judged_queries("dev").items())[:10])

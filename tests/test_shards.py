@@ -7,13 +7,13 @@ import lightning as L
 import pytest
 import torch
 
-from retrieval_zoo.backbones import TinyRandomBackbone
 from retrieval_zoo.corpus_encoding import encode_corpus
 from retrieval_zoo.index.dense import Faiss
-from retrieval_zoo.index.terms import Gip
 from retrieval_zoo.index.shards import CorpusShards, merge_topk
+from retrieval_zoo.index.terms import Gip
 from retrieval_zoo.methods.delade import DeLADE
 from retrieval_zoo.methods.dense import DenseBiEncoder
+from tests.conftest import tiny_encoder
 
 DOCIDS = ["a", "b", "c", "d", "e"]
 CPU_TRAINER = partial(L.Trainer, accelerator="cpu", devices=1, enable_progress_bar=False)
@@ -67,7 +67,7 @@ def test_merge_topk_by_hand() -> None:
 
 
 def test_encoding_by_lightning_predict_is_cached_and_resumes_from_complete_shards(tiny, tiny_bm25, tmp_path) -> None:
-    model = DenseBiEncoder(TinyRandomBackbone(hidden_size=32), encode_batch_size=64).eval()
+    model = DenseBiEncoder(tiny_encoder(batch_size=64)).eval()
     encode = lambda: encode_corpus(model, Faiss(), tiny, tiny_bm25, CPU_TRAINER, shard_size=150, cache_dir=tmp_path)  # noqa: E731
     shards, rank_zero = encode()
     assert rank_zero and len(shards) == 3 and shards.missing() == []
@@ -81,13 +81,13 @@ def test_encoding_by_lightning_predict_is_cached_and_resumes_from_complete_shard
     assert again.folder == shards.folder and again.missing() == []
     assert {s: os.stat(shards.path(s)).st_mtime_ns for s in (0, 2)} == stamps
     with torch.no_grad():
-        model.encoder.embeddings.word_embeddings.weight.add_(0.1)
+        model.encoder.model.embeddings.word_embeddings.weight.add_(0.1)
     changed, _ = encode()
     assert changed.folder != shards.folder  # new weights: a new cache entry
 
 
 def test_dlrs_from_predicted_shards_equal_the_on_demand_ones(tiny, tiny_bm25, tmp_path) -> None:
-    model = DeLADE(TinyRandomBackbone(hidden_size=32), cls_dim=8, doc_max_length=16).eval()
+    model = DeLADE(tiny_encoder(mlm_head=True, doc_max_length=16), cls_dim=8).eval()
     gip = Gip(slices=128)
     shards, _ = encode_corpus(model, gip, tiny, tiny_bm25, CPU_TRAINER, shard_size=400, cache_dir=tmp_path)
     with torch.inference_mode():

@@ -1,13 +1,13 @@
 import pytest
 import torch
 
-from retrieval_zoo.backbones import TinyRandomBackbone
 from retrieval_zoo.index.shards import CorpusShards
 from retrieval_zoo.index.sparse import SparseRetriever
 from retrieval_zoo.index.terms import BERT_DISCARD, Sparse
 from retrieval_zoo.methods.delade import DeLADE
 from retrieval_zoo.methods.dense import DenseBiEncoder
 from retrieval_zoo.methods.dhr_fusion import DhrFusion
+from tests.conftest import tiny_encoder
 
 LEXICAL = {  # text → (|V| = 5 lexical vector, 2-d [CLS] vector)
     "q1": ([9.0, 1.0, 0.0, 2.0, 0.0], [1.0, 0.0]),
@@ -57,7 +57,7 @@ def test_bm25_sparse_vectors_score_exactly_bm25(tiny, tiny_bm25) -> None:
 
 
 def test_the_sparse_index_gives_the_exact_fused_training_score(tiny, tiny_bm25) -> None:
-    model = DeLADE(TinyRandomBackbone(hidden_size=32), cls_dim=8, lambda_cls=2.0, doc_max_length=16).eval()
+    model = DeLADE(tiny_encoder(mlm_head=True, doc_max_length=16), cls_dim=8, lambda_cls=2.0).eval()
     retriever = Sparse().build(model, tiny, tiny_bm25)
     # DeLADE's softmax vectors are dense: stored as a dense float32 matrix, smaller than CSR at this density; BERT's
     # unused leading ids are zeroed, as the DLRs drop them
@@ -75,7 +75,7 @@ def test_the_sparse_index_gives_the_exact_fused_training_score(tiny, tiny_bm25) 
 
 
 def test_dense_part_joins_the_exact_sparse_bm25(tiny, tiny_bm25) -> None:
-    dense = DenseBiEncoder(TinyRandomBackbone(hidden_size=32), pooling="mean", doc_max_length=32)
+    dense = DenseBiEncoder(tiny_encoder(doc_max_length=32))
     retriever = Sparse(weight=4.0).build(DhrFusion(lexical="bm25", dense=dense).eval(), tiny, tiny_bm25)
     queries = dict(list(tiny.judged_queries("dev").items())[:3])
     fused, lexical, semantic = (retriever.search(queries, 400, part=p) for p in (None, "lexical", "semantic"))

@@ -1,10 +1,11 @@
 """The shared LightningModule under every method.
 
-A method subclasses :class:`RetrievalMethod` and supplies ``encode_query``, ``encode_doc``, ``score``, the named
-``losses`` it sums, and the representations it produces (``representations``; see :mod:`retrieval_zoo.index.base`),
-which decide the indexes that can search it. The base sums and logs the losses and builds AdamW with a linear
-warm-up. Validation is first-stage retrieval through the run's index on a dev subset
-(:class:`retrieval_zoo.validation.RetrievalValidation`), so checkpoints are selected on retrieval quality.
+A method subclasses :class:`RetrievalMethod`, receives its :class:`retrieval_zoo.encoder.Encoder` from the config,
+and supplies ``encode_query``, ``encode_doc``, ``score``, the named ``losses`` it sums, and the representations it
+produces (``representations``; see :mod:`retrieval_zoo.index.base`), which decide the indexes that can search it.
+The base sums and logs the losses and builds AdamW with a linear warm-up. Validation is first-stage retrieval
+through the run's index on a dev subset (:class:`retrieval_zoo.validation.RetrievalValidation`), so checkpoints are
+selected on retrieval quality.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import lightning as L
 import torch
 
 from retrieval_zoo.data.datamodule import TrainBatch
+from retrieval_zoo.encoder import Encoder
 from retrieval_zoo.loggers import log_histogram
 from retrieval_zoo.resume import RNG_KEY, RandomState
 
@@ -36,9 +38,9 @@ class Optim:
 
     def __init__(
         self,
-        lr: float = 2e-5,
+        lr: float = 1e-3,
         weight_decay: float = 0.01,
-        warmup_steps: int = 100,
+        warmup_steps: int = 50,
         decay: str = "linear",
         betas: tuple[float, float] = (0.9, 0.999),
         halve_after_epochs: int = 3,
@@ -72,6 +74,7 @@ class RetrievalMethod(L.LightningModule):
             ``term_weights``, ``csf_bags``, ``lexical_semantic``, ``bm25``; :mod:`retrieval_zoo.index.base`).
 
     Args:
+        encoder: The text encoder (None for methods without one, e.g. BM25).
         optim: Optimiser settings.
         val_k: Depth of validation retrieval; R@val_k is logged beside MRR@10.
     """
@@ -80,10 +83,16 @@ class RetrievalMethod(L.LightningModule):
     trainable: ClassVar[bool] = True
     representations: ClassVar[tuple[str, ...]] = ()
 
-    def __init__(self, optim: Optim | None = None, val_k: int = 100) -> None:
+    def __init__(self, encoder: Encoder | None = None, optim: Optim | None = None, val_k: int = 100) -> None:
         super().__init__()
+        self.encoder = encoder
         self.optim, self.val_k = optim or Optim(), val_k
         self._random_state = RandomState()
+
+    @property
+    def encode_batch_size(self) -> int:
+        """Texts per forward pass when an index encodes many."""
+        return self.encoder.batch_size
 
     # --- what a method supplies -------------------------------------------------------------------------
     def losses(self, batch: TrainBatch) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]:
@@ -92,7 +101,8 @@ class RetrievalMethod(L.LightningModule):
 
     def encoding_settings(self) -> dict:
         """What besides the weights changes the method's encoding of a corpus (hashed into its cache key)."""
-        return {"method": type(self).__name__, "doc_max_length": getattr(self, "doc_max_length", None)}
+        doc_max_length = self.encoder.max_length["doc"] if self.encoder is not None else None
+        return {"method": type(self).__name__, "doc_max_length": doc_max_length}
 
     # --- shared training ----------------------------------------------------------------------------------
     def _generators(self) -> dict[str, torch.Generator]:

@@ -1,7 +1,8 @@
 """CLEAR: complementing lexical retrieval with semantic residual embeddings (Gao et al., 2021; clear.md).
 
 A siamese BERT embeds queries and documents, prefixed with <QRY> / <DOC> markers and average-pooled over real
-tokens (Eq. 2–3); s_emb is their dot product (Eq. 4). Training uses negatives sampled from BM25's top N (§3.3,
+tokens (Eq. 2–3; the encoder's ``markers`` and ``pooling: mean`` in ``conf/method/clear.yaml``); s_emb is their dot
+product (Eq. 4). Training uses negatives sampled from BM25's top N (§3.3,
 error-based sampling; the DataModule's pool) and the hinge loss of Eq. 7, whose margin is BM25's residual (Eq. 6):
 pairs BM25 already orders well get a small or negative margin, hence little gradient. Retrieval ranks the union of
 BM25's and the embedding's candidates by λ_test·BM25 + s_emb (Eq. 8, §3.4): ``index=union_clear``, CLEAR's default,
@@ -17,28 +18,23 @@ from typing import ClassVar
 
 import torch
 
-from retrieval_zoo.backbones import Backbone
 from retrieval_zoo.data.datamodule import TrainBatch
+from retrieval_zoo.encoder import Encoder
 from retrieval_zoo.losses import check_margin_normalization, residual_hinge, residual_margin
 from retrieval_zoo.methods.base import Optim
 from retrieval_zoo.methods.dense import DenseBiEncoder
-
-MARKERS = {"query": "<QRY>", "doc": "<DOC>"}
 
 
 class CLEAR(DenseBiEncoder):
     """CLEAR's embedding model.
 
     Args:
-        backbone: Where the siamese encoder comes from.
+        encoder: The siamese encoder (the paper: mean pooling, <QRY> / <DOC> markers).
         optim: Optimiser settings.
         xi: The margin's constant ξ (Eq. 6).
         lambda_train: Weight of BM25's residual in the margin (Eq. 6); 0 = constant margin.
         margin_normalization: ``"none"`` (raw BM25, the paper's) or ``"pair_max"`` (residual / max of the pair's
             BM25 scores, in [−1, 1]; see :func:`retrieval_zoo.losses.residual_margin`).
-        query_max_length: Query truncation, in tokens.
-        doc_max_length: Document truncation, in tokens.
-        encode_batch_size: Texts per forward pass when encoding a corpus.
         val_k: Validation retrieval depth.
     """
 
@@ -46,32 +42,16 @@ class CLEAR(DenseBiEncoder):
 
     def __init__(
         self,
-        backbone: Backbone,
+        encoder: Encoder,
         optim: Optim | None = None,
         xi: float = 1.0,
         lambda_train: float = 0.1,
         margin_normalization: str = "none",
-        query_max_length: int = 32,
-        doc_max_length: int = 128,
-        encode_batch_size: int = 128,
         val_k: int = 100,
     ) -> None:
-        super().__init__(
-            backbone, optim, pooling="mean", query_max_length=query_max_length, doc_max_length=doc_max_length,
-            in_batch_negatives=False, encode_batch_size=encode_batch_size, val_k=val_k,
-        )  # fmt: skip
+        super().__init__(encoder, optim, in_batch_negatives=False, val_k=val_k)
         self.xi, self.lambda_train = xi, lambda_train
         self.margin_normalization = check_margin_normalization(margin_normalization)  # fail at construction
-        self.tokenizer.add_tokens(list(MARKERS.values()), special_tokens=True)
-        self.encoder.resize_token_embeddings(len(self.tokenizer))
-
-    def encode_query(self, texts: list[str]) -> torch.Tensor:
-        """v_q = AvgPool[BERT(<QRY>; query)] (Eq. 2). (B,) texts → (B, H)."""
-        return self._encode([f"{MARKERS['query']} {t}" for t in texts], self.query_max_length)
-
-    def encode_doc(self, texts: list[str]) -> torch.Tensor:
-        """v_d = AvgPool[BERT(<DOC>; document)] (Eq. 3). (N,) texts → (N, H)."""
-        return self._encode([f"{MARKERS['doc']} {t}" for t in texts], self.doc_max_length)
 
     def losses(self, batch: TrainBatch) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]:
         """Residual-margin hinge (Eq. 6–7) over each query's (positive, negative) pairs, plus margin diagnostics."""

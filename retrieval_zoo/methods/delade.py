@@ -16,10 +16,10 @@ from typing import ClassVar
 
 import torch
 
-from retrieval_zoo.backbones import Backbone
 from retrieval_zoo.batching import encode_payload
 from retrieval_zoo.data.collections import Collection
 from retrieval_zoo.data.datamodule import TrainBatch
+from retrieval_zoo.encoder import Encoder
 from retrieval_zoo.index.terms import BERT_DISCARD, TermEncoder
 from retrieval_zoo.lexical.bm25 import BM25
 from retrieval_zoo.lexical.delade import delade_vectors
@@ -34,7 +34,7 @@ class DeLADE(DenseBiEncoder):
     Encoded texts are the vectors [ds_BoW ; √λ·[CLS]], so their dot product is the training score of Eq. 13.
 
     Args:
-        backbone: A backbone with its MLM head.
+        encoder: The encoder, with its MLM head (``mlm_head: true``).
         optim: Optimiser settings.
         cls_dim: Width of the [CLS] projection (128 in the paper); 0 = DeLADE alone.
         lambda_cls: λ of Eq. 13–14.
@@ -44,9 +44,6 @@ class DeLADE(DenseBiEncoder):
         kd_lexical_weight: Weight of the same KL on the lexical score alone (the reference code's optional term).
         kd_semantic_weight: Weight of the same KL on the [CLS] score alone.
         freeze_word_embeddings: Freeze the word embeddings (and the tied MLM decoder), as the reference code does.
-        query_max_length: Query truncation, in tokens.
-        doc_max_length: Document truncation, in tokens.
-        encode_batch_size: Texts per forward pass when encoding a corpus.
         val_k: Validation retrieval depth.
     """
 
@@ -54,7 +51,7 @@ class DeLADE(DenseBiEncoder):
 
     def __init__(
         self,
-        backbone: Backbone,
+        encoder: Encoder,
         optim: Optim | None = None,
         cls_dim: int = 128,
         lambda_cls: float = 1.0,
@@ -64,18 +61,12 @@ class DeLADE(DenseBiEncoder):
         kd_lexical_weight: float = 0.0,
         kd_semantic_weight: float = 0.0,
         freeze_word_embeddings: bool = True,
-        query_max_length: int = 32,
-        doc_max_length: int = 128,
-        encode_batch_size: int = 64,
         val_k: int = 100,
     ) -> None:
-        super().__init__(
-            backbone, optim, pooling="cls", query_max_length=query_max_length, doc_max_length=doc_max_length,
-            in_batch_negatives=in_batch_negatives, gather_across_devices=gather_across_devices,
-            encode_batch_size=encode_batch_size, val_k=val_k, mlm_head=True,
-        )  # fmt: skip
-        hidden = self.encoder.config.hidden_size  # DistilBERT's config maps hidden_size to its dim
-        self.vocab_size = self.encoder.get_output_embeddings().out_features
+        super().__init__(encoder, optim, in_batch_negatives, gather_across_devices, val_k=val_k)
+        if not encoder.mlm_head:
+            raise ValueError("DeLADE reads the MLM logits (Eq. 23): set method.encoder.mlm_head=true")
+        hidden, self.vocab_size = encoder.hidden_size, encoder.vocab_size
         self.term_weight = torch.nn.Linear(hidden, 1)  # w_i = h_i·W + b (Eq. 23)
         self.cls_projection = torch.nn.Linear(hidden, cls_dim) if cls_dim > 0 else None
         if kd_semantic_weight > 0 and cls_dim == 0:
@@ -84,24 +75,32 @@ class DeLADE(DenseBiEncoder):
         self.kd_weights = {"kd": kd_weight, "kd_lexical": kd_lexical_weight, "kd_semantic": kd_semantic_weight}
         self.needs = frozenset({"teacher_scores"}) if any(w > 0 for w in self.kd_weights.values()) else frozenset()
         if freeze_word_embeddings:
-            self.encoder.get_input_embeddings().weight.requires_grad_(False)
+            encoder.model.get_input_embeddings().weight.requires_grad_(False)
 
     def encode_parts(self, ids: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
         """(N, L) ids and mask → (N, |V|) ds_BoW (Eq. 23) and the (N, cls_dim) projected [CLS] (or None)."""
-        out = self.encoder(input_ids=ids, attention_mask=mask, output_hidden_states=True)
+        out = self.encoder.model(input_ids=ids, attention_mask=mask, output_hidden_states=True)
         hidden = out.hidden_states[-1]
         lexical = delade_vectors(out.logits, hidden, mask, self.term_weight)
         return lexical, self.cls_projection(hidden[:, 0]) if self.cls_projection is not None else None
 
-    def _embed(self, ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    def fused(self, ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         """[ds_BoW ; √λ·[CLS]]: their dot product is sim_hybrid of Eq. 13. (N, L) → (N, |V| + cls_dim)."""
         lexical, cls = self.encode_parts(ids, mask)
         return lexical if cls is None else torch.cat([lexical, math.sqrt(self.lambda_cls) * cls], dim=1)
 
+    def encode_query(self, texts: list[str]) -> torch.Tensor:
+        """(B,) texts → (B, |V| + cls_dim) fused query vectors."""
+        return self.fused(*self.encoder.tokenize(texts, "query"))
+
+    def encode_doc(self, texts: list[str]) -> torch.Tensor:
+        """(N,) texts → (N, |V| + cls_dim) fused document vectors."""
+        return self.fused(*self.encoder.tokenize(texts, "doc"))
+
     def losses(self, batch: TrainBatch) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]:
         """NLL of Eq. 17 on the exact fused score, plus the weighted KL terms when distilling."""
         q, d = self.encode_query(batch.queries), self.encode_doc(batch.docs)
-        nll, accuracy = self._listwise_nll(q, d, batch)
+        nll, accuracy = self.listwise_nll(q, d, batch)
         losses, split = {"nll": nll}, self.vocab_size
         d = d.view(len(batch.qids), len(batch.docids[0]), -1)
         group_scores = {  # (B, G): each query against its own group, fused and per part
@@ -127,14 +126,15 @@ class DeLADE(DenseBiEncoder):
         corpus = collection.corpus
 
         def encode_queries(texts: list[str]) -> tuple[torch.Tensor, torch.Tensor | None]:
-            return self.encode_parts(*self._tokenize(texts, self.query_max_length))
+            return self.encode_parts(*self.encoder.tokenize(texts, "query"))
 
         def parts(batch: list[str]) -> dict[str, torch.Tensor | None]:
-            lexical, cls = self.encode_parts(*self._tokenize(batch, self.doc_max_length))
+            lexical, cls = self.encode_parts(*self.encoder.tokenize(batch, "doc"))
             return {"lexical": lexical, "cls": cls}
 
         def encode_docs(docids: list[str]) -> dict[str, torch.Tensor]:
             return encode_payload(parts, [corpus[d] for d in docids], self.encode_batch_size, "docs")
 
-        return TermEncoder(encode_queries, encode_docs, self.vocab_size, BERT_DISCARD,
-                           self.tokenizer.convert_ids_to_tokens, self.lambda_cls, self.encode_batch_size)  # fmt: skip
+        terms = self.encoder.tokenizer.convert_ids_to_tokens
+        return TermEncoder(encode_queries, encode_docs, self.vocab_size, BERT_DISCARD, terms, self.lambda_cls,
+                           self.encode_batch_size)  # fmt: skip

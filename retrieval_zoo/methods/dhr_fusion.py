@@ -14,9 +14,9 @@ from typing import ClassVar
 
 import torch
 
-from retrieval_zoo.backbones import Backbone
 from retrieval_zoo.batching import encode_payload
 from retrieval_zoo.data.collections import Collection
+from retrieval_zoo.encoder import Encoder
 from retrieval_zoo.index.shards import Payload
 from retrieval_zoo.index.terms import BERT_DISCARD, TermEncoder
 from retrieval_zoo.lexical.bm25 import BM25
@@ -40,12 +40,11 @@ class DhrFusion(RetrievalMethod):
     """(lexical + dense)_DHR, or a lexical model's DLR alone.
 
     Args:
-        lexical: ``bm25`` or ``splade`` (the backbone's MLM head, Eq. 20).
-        backbone: The SPLADE backbone (unused for ``bm25``).
+        lexical: ``bm25`` or ``splade`` (the encoder's MLM head, Eq. 20).
+        encoder: The SPLADE encoder, with its MLM head (None for ``bm25``).
         dense: A dense method (``encode_query`` / ``encode_doc``) for the semantic part, or None for the DLR alone.
         dense_checkpoint: A ``train.py`` checkpoint whose weights ``dense`` loads (e.g. the default dense run's).
         encode_batch_size: Texts per forward pass.
-        max_length: SPLADE's truncation, in tokens.
     """
 
     trainable: ClassVar[bool] = False
@@ -54,24 +53,25 @@ class DhrFusion(RetrievalMethod):
     def __init__(
         self,
         lexical: str = "bm25",
-        backbone: Backbone | None = None,
+        encoder: Encoder | None = None,
         dense: RetrievalMethod | None = None,
         dense_checkpoint: str | None = None,
         encode_batch_size: int = 64,
-        max_length: int = 256,
     ) -> None:
-        super().__init__()
         if lexical not in LEXICAL:
             raise ValueError(f"lexical must be one of {LEXICAL}, not {lexical!r}")
-        if lexical == "splade" and backbone is None:
-            raise ValueError("lexical=splade needs a backbone with an MLM head")
-        self.lexical, self.dense = lexical, dense
+        if lexical == "splade" and (encoder is None or not encoder.mlm_head):
+            raise ValueError("lexical=splade needs an encoder with its MLM head (method.encoder.mlm_head=true)")
+        super().__init__(encoder.eval() if encoder is not None else None)
+        self.lexical, self.dense, self._batch_size = lexical, dense, encode_batch_size
         if dense is not None and dense_checkpoint:
             state = torch.load(dense_checkpoint, map_location="cpu", weights_only=False)["state_dict"]
             dense.load_state_dict(state)
-        if lexical == "splade":
-            self.tokenizer, self.mlm = backbone.load_tokenizer(), backbone.load_model(mlm_head=True).eval()
-        self.encode_batch_size, self.max_length = encode_batch_size, max_length
+
+    @property
+    def encode_batch_size(self) -> int:
+        """Texts per forward pass."""
+        return self._batch_size
 
     def _semantic(self, texts: list[str], query: bool) -> torch.Tensor | None:
         if self.dense is None:
@@ -100,15 +100,13 @@ class DhrFusion(RetrievalMethod):
         else:
 
             def lexical_queries(texts: list[str]) -> torch.Tensor:
-                tokens = self.tokenizer(texts, padding=True, truncation=True, max_length=self.max_length,
-                                        return_tensors="pt")  # fmt: skip
-                return splade_vectors(self.mlm, tokens["input_ids"], tokens["attention_mask"])
+                return splade_vectors(self.encoder.model, *self.encoder.tokenize(texts, "query"))
 
             def lexical_docs(ids: list[str]) -> torch.Tensor:
-                return lexical_queries([corpus[d] for d in ids])
+                return splade_vectors(self.encoder.model, *self.encoder.tokenize([corpus[d] for d in ids], "doc"))
 
-            vocab_size, discard = self.mlm.get_output_embeddings().out_features, BERT_DISCARD
-            terms = self.tokenizer.convert_ids_to_tokens
+            vocab_size, discard = self.encoder.vocab_size, BERT_DISCARD
+            terms = self.encoder.tokenizer.convert_ids_to_tokens
 
         def encode_docs(ids: list[str]) -> dict[str, torch.Tensor | None]:
             return {"lexical": lexical_docs(ids), "cls": self._semantic([corpus[d] for d in ids], query=False)}

@@ -19,29 +19,26 @@ from typing import ClassVar
 
 import torch
 
-from retrieval_zoo.backbones import Backbone
 from retrieval_zoo.data.datamodule import TrainBatch
+from retrieval_zoo.encoder import Encoder
 from retrieval_zoo.lexical.projection import RademacherProjection
 from retrieval_zoo.losses import orthogonality
 from retrieval_zoo.methods.base import Optim
 from retrieval_zoo.methods.dense import DenseBiEncoder
-from retrieval_zoo.methods.encoding import mask_exact_matches
+from retrieval_zoo.methods.masking import mask_exact_matches
 
 
 class RoC(DenseBiEncoder):
     """RoC's [CLS] encoder beside projected BM25, with its orthogonality objectives.
 
     Args:
-        backbone: Where the encoder comes from.
+        encoder: The encoder (the paper: [CLS] pooling, Eq. 6).
         optim: Optimiser settings.
         projection_seed: Seed of the Rademacher projection (its width is the encoder's, so that Eq. 8 applies).
         ortho_weight: Weight of the orthogonality loss (Eq. 9: 1; 0 turns embedding-level orthogonality off).
         mask_fraction: Share of exact-match document tokens masked at training (Eq. 10: 0.15; 0 turns it off).
         in_batch_negatives: Also score each query against every other document of the batch.
         gather_across_devices: Under DDP, in-batch negatives are the global batch's documents (with gradients).
-        query_max_length: Query truncation, in tokens.
-        doc_max_length: Document truncation, in tokens.
-        encode_batch_size: Texts per forward pass when encoding a corpus.
         val_k: Validation retrieval depth.
         seed: Seed of the masking's random choices.
     """
@@ -51,25 +48,18 @@ class RoC(DenseBiEncoder):
 
     def __init__(
         self,
-        backbone: Backbone,
+        encoder: Encoder,
         optim: Optim | None = None,
         projection_seed: int = 0,
         ortho_weight: float = 1.0,
         mask_fraction: float = 0.15,
         in_batch_negatives: bool = False,
         gather_across_devices: bool = True,
-        query_max_length: int = 32,
-        doc_max_length: int = 128,
-        encode_batch_size: int = 128,
         val_k: int = 100,
         seed: int = 13,
     ) -> None:
-        super().__init__(
-            backbone, optim, pooling="cls", query_max_length=query_max_length, doc_max_length=doc_max_length,
-            in_batch_negatives=in_batch_negatives, gather_across_devices=gather_across_devices,
-            encode_batch_size=encode_batch_size, val_k=val_k,
-        )  # fmt: skip
-        self.projection = RademacherProjection(self.encoder.config.hidden_size, projection_seed)
+        super().__init__(encoder, optim, in_batch_negatives, gather_across_devices, val_k=val_k)
+        self.projection = RademacherProjection(encoder.hidden_size, projection_seed)
         self.ortho_weight, self.mask_fraction = ortho_weight, mask_fraction
         self.masking = torch.Generator().manual_seed(seed)
 
@@ -79,15 +69,14 @@ class RoC(DenseBiEncoder):
 
     def losses(self, batch: TrainBatch) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]:
         """NLL of the positive (Eq. 7) plus the weighted orthogonality (Eq. 8–9) on the perturbed documents."""
-        query_ids, query_mask = self._tokenize(batch.queries, self.query_max_length)
-        doc_ids, doc_mask = self._tokenize(batch.docs, self.doc_max_length)
+        query_ids, query_mask = self.encoder.tokenize(batch.queries, "query")
+        doc_ids, doc_mask = self.encoder.tokenize(batch.docs, "doc")
         if self.mask_fraction > 0:  # Eq. 10: d' = d with a sample of X_EM masked
-            doc_ids = mask_exact_matches(
-                doc_ids, query_ids, self.mask_fraction, self.tokenizer.mask_token_id,
-                self.tokenizer.all_special_ids, self.masking,
-            )  # fmt: skip
-        q_sem, d_sem = self._embed(query_ids, query_mask), self._embed(doc_ids, doc_mask)
-        nll, accuracy = self._listwise_nll(q_sem, d_sem, batch)  # Eq. 7 on Score_sem = q_sem·d'_sem
+            tokenizer = self.encoder.tokenizer
+            doc_ids = mask_exact_matches(doc_ids, query_ids, self.mask_fraction, tokenizer.mask_token_id,
+                                         tokenizer.all_special_ids, self.masking)  # fmt: skip
+        q_sem, d_sem = self.encoder.embed(query_ids, query_mask), self.encoder.embed(doc_ids, doc_mask)
+        nll, accuracy = self.listwise_nll(q_sem, d_sem, batch)  # Eq. 7 on Score_sem = q_sem·d'_sem
         losses = {"nll": nll}
         q_lex, d_lex = self.lexical(batch.bm25_query_vectors), self.lexical(batch.bm25_doc_vectors)
         ortho = orthogonality(q_lex, q_sem, d_lex, d_sem)

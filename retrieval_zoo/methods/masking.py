@@ -1,24 +1,8 @@
-"""Shared encoder machinery: pooling, and RoC's masking of exact-match tokens."""
+"""RoC's input-level orthogonality (roc.md Eq. 10): masking a share of the document tokens that match the query."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 import torch
-
-
-def mean_pool(hidden: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
-    """Average of the token vectors over real tokens only (CLEAR Eq. 2–3). (B, L, H), (B, L) → (B, H)."""
-    mask = attention_mask.unsqueeze(-1).to(hidden.dtype)
-    return (hidden * mask).sum(dim=1) / mask.sum(dim=1).clamp(min=1.0)
-
-
-def cls_pool(hidden: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
-    """The first ([CLS]) token's vector (DPR; RoC Eq. 6). (B, L, H) → (B, H)."""
-    return hidden[:, 0]
-
-
-POOLING: dict[str, Callable[[torch.Tensor, torch.Tensor], torch.Tensor]] = {"mean": mean_pool, "cls": cls_pool}
 
 
 def mask_exact_matches(
