@@ -13,7 +13,7 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
-from retrieval_zoo.loggers import finish, log_results, make_logger
+from retrieval_zoo.loggers import finish, log_results
 from retrieval_zoo.pipeline import (
     build_collection_and_bm25,
     check_method_and_index,
@@ -38,8 +38,8 @@ def main(cfg: DictConfig) -> dict[str, dict[str, float]] | float:
     OmegaConf.save(OmegaConf.create(config), out_dir / "run_config.yaml")
     model, index = instantiate(cfg.method), instantiate(cfg.index)
     names = identity(cfg)
-    logger = make_logger(
-        **cfg.logger, save_dir=str(out_dir), run_name=out_dir.name, group=names["method"],
+    logger = instantiate(cfg.logger, _partial_=True)(
+        save_dir=str(out_dir), run_name=out_dir.name, group=names["method"],
         tags=[f"backbone:{names['backbone']}", f"dataset:{names['dataset']}", f"index:{names['index']}"],
         config=config,
     )  # fmt: skip

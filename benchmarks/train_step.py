@@ -16,8 +16,8 @@ import torch
 
 from benchmarks.common import composed, header, side_by_side
 from retrieval_zoo.data.collections import embedded
-from retrieval_zoo.data.datamodule import TriplesDataModule
 from retrieval_zoo.lexical.bm25 import BM25
+from retrieval_zoo.training.datamodule import TriplesDataModule
 
 METHODS = ("dense", "clear", "roc", "delade_cls", "csurf")
 

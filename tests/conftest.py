@@ -90,7 +90,7 @@ def two_query_batch(teacher: bool = False):
     """A two-query training batch (one positive, one negative each), with teacher scores when asked."""
     import torch
 
-    from retrieval_zoo.data.datamodule import TrainBatch
+    from retrieval_zoo.training.datamodule import TrainBatch
 
     return TrainBatch(
         qids=["q1", "q2"], queries=["python library", "debian tools"], docids=[["p1", "n1"], ["p2", "n2"]],

@@ -1,10 +1,10 @@
 import pytest
 import torch
 
-from retrieval_zoo.data.datamodule import TrainBatch
 from retrieval_zoo.index.base import fused_parts
 from retrieval_zoo.index.hybrid import HybridRetriever, Union
 from retrieval_zoo.methods.clear import CLEAR
+from retrieval_zoo.training.datamodule import TrainBatch
 from tests.conftest import CLEAR_MARKERS, clear_encoder
 
 

@@ -12,7 +12,6 @@ from omegaconf import OmegaConf
 
 from retrieval_zoo.backbones import Backbone
 from retrieval_zoo.data.collections import Collection
-from retrieval_zoo.loggers import make_logger
 from retrieval_zoo.methods.base import RetrievalMethod
 from tests.conftest import beir_layout
 
@@ -89,8 +88,17 @@ def test_every_trainer_instantiates(trainer: str, tmp_path: Path) -> None:
 @pytest.mark.parametrize("logger", names("logger"))
 def test_every_logger_instantiates(logger: str, tmp_path: Path) -> None:
     cfg = composed(f"logger={logger}")
-    built = make_logger(**cfg.logger, save_dir=str(tmp_path), run_name="t", group="g", tags=["x"], config={})
+    built = instantiate(cfg.logger, _partial_=True)(
+        save_dir=str(tmp_path), run_name="t", group="g", tags=["x"], config={}
+    )
     assert built is False if logger == "none" else built.save_dir is not None
+
+
+def test_an_unknown_logger_fails_at_composition() -> None:
+    from hydra.errors import MissingConfigException
+
+    with pytest.raises(MissingConfigException, match="logger"):
+        composed("logger=tensorboard")
 
 
 @pytest.mark.parametrize(("group", "name"), [(g, n) for g in ("debug", "experiment") for n in names(g)])

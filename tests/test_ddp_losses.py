@@ -13,12 +13,12 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-from retrieval_zoo.data.datamodule import TrainBatch
 from retrieval_zoo.methods.clear import CLEAR
 from retrieval_zoo.methods.csurf import CSurF
 from retrieval_zoo.methods.delade import DeLADE
 from retrieval_zoo.methods.dense import DenseBiEncoder
 from retrieval_zoo.methods.roc import RoC
+from retrieval_zoo.training.datamodule import TrainBatch
 from tests.conftest import CLEAR_MARKERS, tiny_encoder
 
 METHODS = ("dense", "clear", "roc", "delade_cls_kd", "csurf_kd", "dense_local")

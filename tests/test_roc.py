@@ -1,11 +1,11 @@
 import pytest
 import torch
 
-from retrieval_zoo.data.datamodule import TrainBatch
 from retrieval_zoo.evaluation import evaluate
 from retrieval_zoo.index.concatenated import Concatenated
 from retrieval_zoo.index.hybrid import Union
 from retrieval_zoo.methods.roc import RoC
+from retrieval_zoo.training.datamodule import TrainBatch
 from tests.conftest import tiny_encoder
 
 

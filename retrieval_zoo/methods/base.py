@@ -15,10 +15,10 @@ from typing import ClassVar
 import lightning as L
 import torch
 
-from retrieval_zoo.data.datamodule import TrainBatch
 from retrieval_zoo.encoder import Encoder
 from retrieval_zoo.loggers import log_histogram
 from retrieval_zoo.resume import RNG_KEY, RandomState
+from retrieval_zoo.training.datamodule import TrainBatch
 
 QUANTILES = (0.1, 0.5, 0.9)
 
@@ -67,7 +67,7 @@ class RetrievalMethod(L.LightningModule):
     """Base of every method.
 
     Class attributes:
-        needs: Optional batch fields the method reads (see :data:`retrieval_zoo.data.datamodule.FIELDS`).
+        needs: Optional batch fields the method reads (see :data:`retrieval_zoo.training.datamodule.FIELDS`).
         trainable: False for methods without parameters (BM25, off-the-shelf term vectors): the apps skip training,
             and indexes encode their corpus on demand.
         representations: What the method produces for an index to search, its own first (``vectors``,

@@ -18,11 +18,11 @@ from typing import ClassVar
 
 import torch
 
-from retrieval_zoo.data.datamodule import TrainBatch
 from retrieval_zoo.encoder import Encoder
 from retrieval_zoo.losses import check_margin_normalization, residual_hinge, residual_margin
 from retrieval_zoo.methods.base import Optim
 from retrieval_zoo.methods.dense import DenseBiEncoder
+from retrieval_zoo.training.datamodule import TrainBatch
 
 
 class CLEAR(DenseBiEncoder):

@@ -18,7 +18,6 @@ from typing import ClassVar
 import torch
 import torch.nn.functional as F
 
-from retrieval_zoo.data.datamodule import TrainBatch
 from retrieval_zoo.distributed import global_mean
 from retrieval_zoo.encoder import Encoder
 from retrieval_zoo.lexical.csf import BAGS, CsfBags, Postings, csf_bags, gather_bags, max_sum_scores
@@ -26,6 +25,7 @@ from retrieval_zoo.lexical.splade import max_pooled_logits, mlm_head_parts
 from retrieval_zoo.losses import contrastive_nll, flops, kl_distillation, own_group, quadratic_warmup
 from retrieval_zoo.methods.base import Optim, RetrievalMethod
 from retrieval_zoo.rows import take_rows
+from retrieval_zoo.training.datamodule import TrainBatch
 
 SIMILARITIES = ("cosine", "dot")
 

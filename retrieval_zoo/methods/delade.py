@@ -18,7 +18,6 @@ import torch
 
 from retrieval_zoo.batching import encode_payload
 from retrieval_zoo.data.collections import Collection
-from retrieval_zoo.data.datamodule import TrainBatch
 from retrieval_zoo.encoder import Encoder
 from retrieval_zoo.index.terms import BERT_DISCARD, TermEncoder
 from retrieval_zoo.lexical.bm25 import BM25
@@ -26,6 +25,7 @@ from retrieval_zoo.lexical.delade import delade_vectors
 from retrieval_zoo.losses import kl_distillation
 from retrieval_zoo.methods.base import Optim
 from retrieval_zoo.methods.dense import DenseBiEncoder
+from retrieval_zoo.training.datamodule import TrainBatch
 
 
 class DeLADE(DenseBiEncoder):

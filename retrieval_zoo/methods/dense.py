@@ -13,11 +13,11 @@ from typing import ClassVar
 
 import torch
 
-from retrieval_zoo.data.datamodule import TrainBatch
 from retrieval_zoo.distributed import gather_rows
 from retrieval_zoo.encoder import Encoder
 from retrieval_zoo.losses import contrastive_nll
 from retrieval_zoo.methods.base import Optim, RetrievalMethod
+from retrieval_zoo.training.datamodule import TrainBatch
 
 
 class DenseBiEncoder(RetrievalMethod):

@@ -19,13 +19,13 @@ from typing import ClassVar
 
 import torch
 
-from retrieval_zoo.data.datamodule import TrainBatch
 from retrieval_zoo.encoder import Encoder
 from retrieval_zoo.lexical.projection import RademacherProjection
 from retrieval_zoo.losses import orthogonality
 from retrieval_zoo.methods.base import Optim
 from retrieval_zoo.methods.dense import DenseBiEncoder
 from retrieval_zoo.methods.masking import mask_exact_matches
+from retrieval_zoo.training.datamodule import TrainBatch
 
 
 class RoC(DenseBiEncoder):

@@ -17,10 +17,10 @@ from torch.utils.data import DataLoader
 
 from retrieval_zoo.data.collections import Collection, check_ids
 from retrieval_zoo.data.formats import Run, read_run
-from retrieval_zoo.data.loaders import GroupDataset, ResumableLoader
-from retrieval_zoo.data.lookups import PairTable, precompute_fields, restrict_to_teacher
-from retrieval_zoo.data.negatives import GroupSampling, ShardedEpochSampler, negative_pool
 from retrieval_zoo.lexical.bm25 import BM25
+from retrieval_zoo.training.loaders import GroupDataset, ResumableLoader
+from retrieval_zoo.training.lookups import PairTable, precompute_fields, restrict_to_teacher
+from retrieval_zoo.training.negatives import GroupSampling, ShardedEpochSampler, negative_pool
 
 FIELDS = frozenset({"bm25_scores", "bm25_vectors", "teacher_scores"})
 
