@@ -202,3 +202,36 @@ def test_cluster_launcher_and_optuna_sweeper_compose(override: str, target: str)
         assert (
             cfg.hydra.launcher.tasks_per_node == cfg.hydra.launcher.gpus_per_node and cfg.hydra.launcher.max_num_timeout
         )
+
+
+def as_python(value: object) -> object:
+    return OmegaConf.to_container(value) if OmegaConf.is_config(value) else value
+
+
+@pytest.mark.parametrize("path", sorted(str(p.relative_to(CONF)) for g in ("encoder", "optim", "index", "logger")
+                                        for p in (CONF / g).glob("*.yaml")))  # fmt: skip
+def test_a_group_file_that_restates_python_defaults_agrees_with_them(path: str) -> None:
+    """One source per default: a key of these files that is also a keyword default of its target equals it.
+
+    Files that extend another (``union_clear`` extends ``union``) are the exception they declare: their own keys
+    are what they change, so only the files they extend are held to the Python defaults.
+    """
+    config = OmegaConf.load(CONF / path)
+    if "_target_" not in config:
+        assert config.get("defaults"), f"{path}: neither a _target_ nor a config it extends"
+        return
+    import inspect
+
+    from hydra._internal.utils import _locate
+
+    parameters = inspect.signature(_locate(config._target_)).parameters  # a class or a function
+    checked = 0
+    for key in config:
+        if key == "_target_" or key not in parameters or parameters[key].default is inspect.Parameter.empty:
+            continue
+        value = as_python(OmegaConf.to_container(config, resolve=False)[key])
+        default = parameters[key].default
+        expected = list(default) if isinstance(default, tuple) else default
+        assert value == expected, f"{path}: {key} is {value!r} in YAML but {default!r} in {config._target_}"
+        checked += 1
+    assert checked or len(config) <= 2, f"{path}: restates no default of {config._target_}"
