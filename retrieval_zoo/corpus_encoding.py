@@ -136,8 +136,10 @@ def encode_corpus(
         print(f"[encode] all {len(shards)} corpus shards from the cache: {folder}")
         return shards, rank_zero_only.rank == 0
     print(f"[encode] {done} of {len(shards)} corpus shards already in {folder}; encoding the rest")
+    # every shard, whatever debug/ (fast_dev_run, limits) does to training
     trainer = make_trainer(logger=False, callbacks=[ShardWriter(shards)], enable_checkpointing=False,
-                           use_distributed_sampler=False, enable_model_summary=False)  # fmt: skip
+                           use_distributed_sampler=False, enable_model_summary=False, fast_dev_run=False,
+                           limit_predict_batches=1.0)  # fmt: skip
     encode = index.doc_encoder(method, collection, bm25)
     trainer.predict(ShardEncoding(method, shards, encode, digest), return_predictions=False)
     if trainer.is_global_zero and shards.missing():

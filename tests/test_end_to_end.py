@@ -145,3 +145,14 @@ def shard_writers(cache: Path) -> list[list[int]]:
         shards.folder = folder
         writers.append([shards.writer_rank(s) for s in range(len(shards))])
     return writers
+
+
+@pytest.mark.slow
+def test_fast_dev_run_still_encodes_every_shard(tiny_dir: Path, tmp_path: Path) -> None:
+    """debug=fast_dev_run trains two batches, but the index needs the whole corpus: 4 shards, not 2."""
+    out = tmp_path / "smoke"
+    stdout = run_app(
+        "train.py", "debug=fast_dev_run", *tiny_dataset(tiny_dir), "backbone=tiny_random", "encode.shard_size=100",
+        "eval.k=100", f"hydra.run.dir={out}",
+    )  # fmt: skip
+    assert "| dense |" in stdout and json.loads((out / "results.json").read_text())["queries"] == 30
