@@ -63,7 +63,10 @@ class Index:
         )
 
     def encodes_corpus(self, method: Any) -> bool:
-        """Whether the corpus is encoded ahead (Lightning predict, cached shards) rather than on demand."""
+        """Whether the corpus is encoded ahead (Lightning predict, cached shards) rather than on demand, by shard.
+
+        Trained models are; off-the-shelf ones (BM25 DLRs, SPLADE before training) are encoded on demand.
+        """
         return bool(getattr(method, "trainable", False))
 
     def corpus_payload(self, method: Any, texts: list[str]) -> Payload:

@@ -69,10 +69,6 @@ class TermIndex(Index):
         super().__init__(weight_grid, tune_measure)
         self.weight = weight
 
-    def encodes_corpus(self, method: Any) -> bool:
-        """Trained models are encoded ahead; off-the-shelf term vectors (BM25, SPLADE) on demand, by shard."""
-        return bool(getattr(method, "trainable", False))
-
     def doc_encoder(self, method: Any, collection: Collection, bm25: BM25) -> ShardEncoder:
         """Document ids → their lexical (and [CLS]) vectors."""
         return method.term_encoder(collection, bm25).encode_docs
