@@ -56,7 +56,7 @@ class DhrFusion(RetrievalMethod):
         encoder: Encoder | None = None,
         dense: RetrievalMethod | None = None,
         dense_checkpoint: str | None = None,
-        encode_batch_size: int = 64,
+        encode_batch_size: int = 256,
     ) -> None:
         if lexical not in LEXICAL:
             raise ValueError(f"lexical must be one of {LEXICAL}, not {lexical!r}")

@@ -77,7 +77,7 @@ class TriplesDataModule(L.LightningDataModule):
         self,
         collection: Collection,
         bm25: BM25,
-        batch_size: int = 32,
+        batch_size: int = 64,
         n_negatives: int = 1,
         negatives_run: str | None = None,
         negative_depth: int = 100,
@@ -87,7 +87,7 @@ class TriplesDataModule(L.LightningDataModule):
         seed: int = 13,
         epochs: int | None = None,
         val_split: str = "dev",
-        val_queries: int | None = 200,
+        val_queries: int | None = 300,
         num_workers: int = 0,
         holdout_queries: int = 0,
     ) -> None:
