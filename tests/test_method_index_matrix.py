@@ -53,21 +53,8 @@ def small_bags(model) -> None:
             model.encoder.model.cls.predictions.bias.fill_(-0.3)
 
 
-def remembered(encode):
-    """``encode`` (document ids → payload) computed once per list of ids."""
-    payloads = {}
-
-    def once(ids: list[str]) -> dict[str, torch.Tensor]:
-        if tuple(ids) not in payloads:
-            payloads[tuple(ids)] = encode(ids)
-        return payloads[tuple(ids)]
-
-    return once
-
-
 def brute_force(model, index, retriever, tiny, bm25, queries, payload) -> dict[str, dict[str, float]]:
-    """Each query's score for every document, from the method's encodings (``payload``: the corpus's) without the
-    index."""
+    """Each query's score for every document, from the corpus's encoding ``payload``, without the index."""
     docids, texts = list(tiny.corpus), list(queries.values())
     representation = index.representation(model)
     with torch.inference_mode():
@@ -138,11 +125,12 @@ def test_method_index(method_name: str, index_name: str, tiny, tiny_bm25) -> Non
     model, index = instantiate(cfg.method).eval(), instantiate(cfg.index)
     small_bags(model)
     queries = dict(list(tiny.judged_queries("dev").items())[:8])
-    docids, encode = list(tiny.corpus), remembered(index.doc_encoder(model, tiny, tiny_bm25))
+    docids, encode = list(tiny.corpus), index.doc_encoder(model, tiny, tiny_bm25)
     with torch.inference_mode():
         lucene = index.representation(model) == "bm25"  # BM25 is the run's own Lucene index: nothing to encode
-        corpus = {} if lucene else {name: value.clone() for name, value in encode(docids).items()}
-        retriever = index.build(model, tiny, tiny_bm25, CorpusShards.on_demand(docids, encode, len(docids)))
+        corpus = {} if lucene else encode(docids)  # one shard, read by the index as built, and by brute force
+        as_encoded = lambda ids: {name: value.clone() for name, value in corpus.items()}  # noqa: E731
+        retriever = index.build(model, tiny, tiny_bm25, CorpusShards.on_demand(docids, as_encoded, len(docids)))
         run = retriever.search(queries, K)
     assert all(0 < len(docs) <= K for docs in run.values())
     expected = brute_force(model, index, retriever, tiny, tiny_bm25, queries, corpus)
