@@ -25,6 +25,7 @@ from benchmarks.common import composed, header, side_by_side
 from retrieval_zoo.data.collections import embedded
 from retrieval_zoo.evaluation import evaluate
 from retrieval_zoo.index.dense import FaissIndex
+from retrieval_zoo.index.shards import CorpusShards
 from retrieval_zoo.index.terms import Gip
 from retrieval_zoo.lexical.bm25 import BM25
 from retrieval_zoo.methods.base import RetrievalMethod
@@ -52,8 +53,10 @@ def main() -> None:
         model, name = trained_model(args.run_dir), f"{args.run_dir.name} (trained)"
     else:
         model, name = composed("method", f"dlr_{args.lexical}").eval(), args.lexical
-    with torch.inference_mode():  # densified into M slices, searched by exact GIP: the first stages are timed below
-        retriever = Gip(slices=args.slices, first_stage=None).build(model, collection, BM25(collection))
+    gip, bm25, docids = Gip(slices=args.slices, first_stage=None), BM25(collection), list(collection.corpus)
+    one_shard = CorpusShards.on_demand(docids, gip.doc_encoder(model, collection, bm25), len(docids))
+    with torch.inference_mode():  # densified into M slices, in one shard, so that K′ counts over the whole corpus
+        retriever = gip.build(model, collection, bm25, one_shard)
     index, qids = retriever.index, list(queries)
     values, indices = retriever.represent_queries(queries)
     flat = FaissIndex("Flat").build(index.values.float().cpu().numpy(), index.docids)
