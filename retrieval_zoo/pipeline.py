@@ -93,8 +93,9 @@ def evaluate_method(
     """
     queries = collection.judged_queries(split)
     qrels = collection.qrels[split]
+    model.eval()  # every method: an untrained one may hold a dense part with dropout (dhr_bm25_dense)
     if model.trainable:
-        model.eval().to("cuda" if torch.cuda.is_available() else "cpu")
+        model.to("cuda" if torch.cuda.is_available() else "cpu")
     results, timings, tuning, parts, runs = {}, {}, {}, {}, {}
     for system, run_name in (("BM25", f"run.{split}.bm25.trec"), (name, f"run.{split}.trec")):
         started = time.perf_counter()

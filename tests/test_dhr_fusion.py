@@ -91,3 +91,17 @@ def test_evaluation_explains_what_the_dlr_matched(tiny, tiny_bm25, tmp_path) -> 
         assert all(m["term"].isalnum() or "." in m["term"] for m in record["matches"])  # analysed words, not ids
         products = [m["query"] * m["doc"] for m in record["matches"]]
         assert products == sorted(products, reverse=True)
+
+
+def test_evaluation_runs_an_untrained_fusion_in_eval_mode(tiny, tiny_bm25, tmp_path) -> None:
+    """``dhr_bm25_dense`` is not trained, so nothing else switches its dense part's dropout off before retrieval."""
+    from retrieval_zoo.pipeline import evaluate_method
+
+    model = DhrFusion(lexical="bm25", dense=DenseBiEncoder(tiny_encoder(doc_max_length=16)))
+    assert model.dense.training  # as Hydra instantiates it
+    index = Gip(slices=64, first_stage=None, weight_grid=(1.0,))
+    runs = []
+    for attempt in ("first", "second"):
+        evaluate_method(model, index, tiny, tiny_bm25, "dev", 20, tmp_path / attempt, "dhr_bm25_dense")
+        runs.append((tmp_path / attempt / "run.dev.trec").read_text())
+    assert not model.dense.training and runs[0] == runs[1]  # with dropout on, the two runs differ
