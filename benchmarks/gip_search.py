@@ -25,7 +25,7 @@ from benchmarks.common import composed, header, side_by_side
 from retrieval_zoo.data.collections import embedded
 from retrieval_zoo.evaluation import evaluate
 from retrieval_zoo.index.dense import FaissIndex
-from retrieval_zoo.index.shards import CorpusShards
+from retrieval_zoo.index.shards import CorpusShards, ShardEncoder
 from retrieval_zoo.index.terms import Gip
 from retrieval_zoo.lexical.bm25 import BM25
 from retrieval_zoo.methods.base import RetrievalMethod
@@ -54,7 +54,8 @@ def main() -> None:
     else:
         model, name = composed("method", f"dlr_{args.lexical}").eval(), args.lexical
     gip, bm25, docids = Gip(slices=args.slices, first_stage=None), BM25(collection), list(collection.corpus)
-    one_shard = CorpusShards.on_demand(docids, gip.doc_encoder(model, collection, bm25), len(docids))
+    encode = gip.doc_encoder(model, collection, bm25)
+    one_shard = CorpusShards.on_demand(docids, encode, len(docids))
     with torch.inference_mode():  # densified into M slices, in one shard, so that K′ counts over the whole corpus
         retriever = gip.build(model, collection, bm25, one_shard)
     index, qids = retriever.index, list(queries)
@@ -83,19 +84,18 @@ def main() -> None:
             f"| {name} | {1000 * seconds / n:.2f} | {seconds / exact_seconds:.2f} | {m['MRR@10']:.4f} | "
             f"{m['MRR@10'] - reference['MRR@10']:+.4f} | {m['R@100']:.4f} | {m['R@100'] - reference['R@100']:+.4f} |"
         )
-    full, dense = sparse_bytes(retriever, collection), len(index.docids) * retriever.slicing.vocab_size * 4
+    full, dense = sparse_bytes(encode, docids), len(index.docids) * retriever.slicing.vocab_size * 4
     print(f"\nindex: {index.nbytes / 2**20:.2f} MiB as DLRs (float16 values + {retriever.slicing.index_dtype} "
           f"positions), {full / 2**20:.2f} MiB as sparse vectors (int32 id + float32 weight per non-zero), "
           f"{dense / 2**20:.0f} MiB as dense |V| float32 vectors")  # fmt: skip
     print(f"threads: {torch.get_num_threads()}; timed on the first {n} queries, best of 3, in alternation")
 
 
-def sparse_bytes(retriever: object, collection: object, sample: int = 500) -> float:
-    """Estimated size of the corpus's full sparse vectors, from the non-zeros of a sample of documents."""
-    docids = list(collection.corpus)[:sample]
+def sparse_bytes(encode: ShardEncoder, docids: list[str], sample: int = 500) -> float:
+    """Estimated size of the corpus's full sparse vectors, from the non-zeros of a sample of its documents."""
     with torch.inference_mode():
-        lexical, _ = retriever.encode_doc(docids)
-    return float((lexical != 0).sum()) / len(docids) * len(collection.corpus) * 8
+        lexical = encode(docids[:sample])["lexical"]
+    return float((lexical != 0).sum()) / min(sample, len(docids)) * len(docids) * 8
 
 
 if __name__ == "__main__":
