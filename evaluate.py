@@ -16,7 +16,7 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
-from retrieval_zoo.pipeline import build_collection_and_bm25, encode_for_index, evaluate_method
+from retrieval_zoo.pipeline import build_collection_and_bm25, check_method_and_index, encode_for_index, evaluate_method
 
 
 def load_trained(run_dir: Path, cfg: DictConfig) -> object:
@@ -51,25 +51,26 @@ def gives(overrides: list[str], group: str) -> bool:
 def apply_overrides(trained: DictConfig, cfg: DictConfig, overrides: list[str]) -> DictConfig:
     """The trained run's config, with what the command line gave on top.
 
-    ``dataset`` and ``bm25`` given on the command line replace the trained run's whole (another collection has other
-    keys); ``trainer`` and ``encode`` are always this command's (the devices that encode the corpus); ``eval.*``
-    and ``method.*`` keys replace single values (e.g. ``method.lambda_test_grid``), with
-    ``method=<the trained method>`` on the command line so that Hydra composes those keys.
+    ``dataset``, ``bm25`` and ``index`` given on the command line replace the trained run's whole (another collection
+    or index has other keys); ``trainer`` and ``encode`` are always this command's (the devices that encode the
+    corpus); ``eval.*``, ``index.*`` and ``method.*`` keys replace single values (e.g. ``index.weight_grid``), with
+    ``method=<the trained method>`` (or ``index=<its index>``) on the command line so that Hydra composes those keys.
+    A run trained before indexes were a config group takes this command's index.
     """
     keys = override_keys(overrides)
     if "method" in keys and cfg.method_name != trained.method_name:
         raise ValueError(f"method={cfg.method_name} given, but the run_dir trained method={trained.method_name}")
     given = OmegaConf.to_container(cfg, resolve=True)
-    for group in ("dataset", "bm25"):
-        if gives(overrides, group):
+    for group in ("dataset", "bm25", "index"):
+        if group in keys or (group != "index" and gives(overrides, group)) or group not in trained:
             OmegaConf.update(trained, group, given[group], merge=False)
-            if group == "dataset":
-                trained.dataset_name = cfg.dataset_name
+            if group != "bm25":
+                OmegaConf.update(trained, f"{group}_name", cfg.get(f"{group}_name"), merge=False)
     if "eval" not in trained:  # runs written before eval was saved with them
         trained.eval = given["eval"]
     for group in ("trainer", "encode"):  # where and how this evaluation encodes the corpus, not how the run trained
         OmegaConf.update(trained, group, given[group], merge=False)
-    for key in sorted(k for k in keys if k.startswith(("eval.", "method."))):
+    for key in sorted(k for k in keys if k.startswith(("eval.", "method.", "index."))):
         OmegaConf.update(trained, key, OmegaConf.select(cfg, key, throw_on_missing=True), merge=False)
     return trained
 
@@ -98,19 +99,22 @@ def main(cfg: DictConfig) -> dict[str, dict[str, float]]:
         run_dir, overrides = Path(cfg.run_dir), list(HydraConfig.get().overrides.task)
         cfg = apply_overrides(trained_config(run_dir), cfg, overrides)
         check_tuning_is_held_out(cfg, overrides)
+        check_method_and_index(cfg)
         model = load_trained(run_dir, cfg)
     else:
+        check_method_and_index(cfg)
         L.seed_everything(cfg.seed)  # an untrained model's initialisation, the same on every rank
         model = instantiate(cfg.method)
-    name = str(cfg.method_name)
+    name, index = str(cfg.method_name), instantiate(cfg.index)
     collection, bm25 = build_collection_and_bm25(cfg)
     make_trainer = partial(instantiate(cfg.trainer, _partial_=True), default_root_dir=str(out_dir))
-    shards, rank_zero = encode_for_index(model, collection, make_trainer, cfg.encode)  # every rank its share
+    shards, rank_zero = encode_for_index(model, index, collection, bm25, make_trainer, cfg.encode)  # every rank
     if not rank_zero:  # under DDP, rank 0 alone searches and evaluates
         return {}
     split = cfg.eval.split or collection.eval_split
     summary = evaluate_method(
         model,
+        index,
         collection,
         bm25,
         split,

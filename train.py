@@ -13,25 +13,35 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
-from retrieval_zoo.loggers import finish, log_results, make_logger
-from retrieval_zoo.pipeline import build_collection_and_bm25, encode_for_index, evaluate_method, identity, run_config
+from retrieval_zoo.loggers import finish, log_results
+from retrieval_zoo.pipeline import (
+    build_collection_and_bm25,
+    check_method_and_index,
+    encode_for_index,
+    evaluate_method,
+    identity,
+    run_config,
+)
 from retrieval_zoo.resume import AtomicCheckpointIO, find_checkpoint
+from retrieval_zoo.validation import RetrievalValidation
 
 
 @hydra.main(config_path="conf", config_name="train", version_base="1.3")
 def main(cfg: DictConfig) -> dict[str, dict[str, float]] | float:
     """Train → index → search → evaluate; returns the metrics table, or with ``objective`` the method's value of it."""
     out_dir = Path(HydraConfig.get().runtime.output_dir)
+    check_method_and_index(cfg)
     L.seed_everything(cfg.seed, workers=True)
     torch.set_float32_matmul_precision("high")
     collection, bm25 = build_collection_and_bm25(cfg)
     config = run_config(cfg)
     OmegaConf.save(OmegaConf.create(config), out_dir / "run_config.yaml")
-    model = instantiate(cfg.method)
+    model, index = instantiate(cfg.method), instantiate(cfg.index)
     names = identity(cfg)
-    logger = make_logger(
-        **cfg.logger, save_dir=str(out_dir), run_name=out_dir.name, group=names["method"],
-        tags=[f"backbone:{names['backbone']}", f"dataset:{names['dataset']}"], config=config,
+    logger = instantiate(cfg.logger, _partial_=True)(
+        save_dir=str(out_dir), run_name=out_dir.name, group=names["method"],
+        tags=[f"backbone:{names['backbone']}", f"dataset:{names['dataset']}", f"index:{names['index']}"],
+        config=config,
     )  # fmt: skip
     make_trainer = partial(instantiate(cfg.trainer, _partial_=True), default_root_dir=str(out_dir))
     try:
@@ -40,7 +50,8 @@ def main(cfg: DictConfig) -> dict[str, dict[str, float]] | float:
             checkpoint = instantiate(cfg.checkpoint, dirpath=str(out_dir / "checkpoints"))
             steps = instantiate(cfg.checkpoint_steps, dirpath=str(out_dir / "checkpoints"))
             extra = [instantiate(callback) for callback in cfg.callbacks.values()]
-            trainer = make_trainer(logger=logger, callbacks=[checkpoint, steps, *extra], plugins=[AtomicCheckpointIO()])
+            callbacks = [RetrievalValidation(index, bm25), checkpoint, steps, *extra]
+            trainer = make_trainer(logger=logger, callbacks=callbacks, plugins=[AtomicCheckpointIO()])
             resume = find_checkpoint(cfg.resume_from, out_dir, config)
             if resume:
                 print(f"[train] resuming from {resume}")
@@ -49,12 +60,12 @@ def main(cfg: DictConfig) -> dict[str, dict[str, float]] | float:
             if best:
                 model.load_state_dict(torch.load(best, map_location="cpu", weights_only=False)["state_dict"])
                 print(f"[train] best checkpoint: {best}")
-        shards, rank_zero = encode_for_index(model, collection, make_trainer, cfg.encode)  # every rank its share
+        shards, rank_zero = encode_for_index(model, index, collection, bm25, make_trainer, cfg.encode)  # every rank
         if not rank_zero:  # under DDP, rank 0 alone evaluates and writes the results
             return 0.0 if cfg.objective else {}
         eval_cfg = cfg.eval
         summary = evaluate_method(
-            model, collection, bm25, collection.eval_split, eval_cfg.k, out_dir, names["method"],
+            model, index, collection, bm25, collection.eval_split, eval_cfg.k, out_dir, names["method"],
             eval_cfg.tune_queries, eval_cfg.roc_k, eval_cfg.explain, shards,
         )  # fmt: skip
         log_results(logger, summary, out_dir)

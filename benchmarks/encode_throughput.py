@@ -17,9 +17,9 @@ from torch.utils.flop_counter import FlopCounterMode
 
 from benchmarks.common import header, matmul_gflops
 from retrieval_zoo.backbones import Backbone
+from retrieval_zoo.batching import length_sorted_batches
 from retrieval_zoo.data.collections import embedded
 from retrieval_zoo.lexical.splade import splade_vectors, splade_vectors_naive
-from retrieval_zoo.methods.encoding import length_sorted_batches
 
 
 def flops_per_text(n: int, cfg) -> int:

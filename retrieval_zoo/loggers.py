@@ -36,8 +36,7 @@ def wandb_mode(timeout: float = 2.0) -> str:
     return "online"
 
 
-def make_logger(
-    kind: str,
+def wandb_logger(
     save_dir: str,
     run_name: str,
     group: str,
@@ -46,27 +45,20 @@ def make_logger(
     project: str = "retrieval_zoo",
     entity: str | None = None,
     log_artifacts: bool = False,
-) -> Logger | bool:
-    """Build the Lightning logger named by ``kind`` (``wandb``, ``csv`` or ``none``).
+) -> WandbLogger:
+    """wandb, online with a key and network, else offline (``conf/logger/wandb.yaml``).
 
     Args:
-        kind: Which logger.
         save_dir: The job's output directory (Hydra's), so sweep jobs never share files.
         run_name: Run name.
         group: wandb group (the method), so runs of one method sit together.
-        tags: wandb tags (backbone, dataset).
-        config: The resolved run config, with method, backbone and dataset at its top.
+        tags: wandb tags (index, backbone, dataset).
+        config: The resolved run config, with method, index, backbone and dataset at its top.
         project: wandb project.
         entity: wandb entity (team), or None for the default.
         log_artifacts: Upload checkpoints (Lightning's ``log_model``) and the run files and results
             (:func:`log_results`) as wandb artifacts.
     """
-    if kind == "none":
-        return False
-    if kind == "csv":
-        return CSVLogger(save_dir=save_dir, name="csv", version="")
-    if kind != "wandb":
-        raise ValueError(f"logger.kind must be wandb, csv or none, not {kind!r}")
     mode = wandb_mode()
     Path(save_dir).mkdir(parents=True, exist_ok=True)
     logger = WandbLogger(
@@ -75,6 +67,16 @@ def make_logger(
     )  # fmt: skip
     logger.experiment.config.update(config, allow_val_change=True)
     return logger
+
+
+def csv_logger(save_dir: str, run_name: str, group: str, tags: list[str], config: dict) -> CSVLogger:
+    """Metrics as ``csv/metrics.csv`` in the job's directory (``conf/logger/csv.yaml``); the run's names unused."""
+    return CSVLogger(save_dir=save_dir, name="csv", version="")
+
+
+def no_logger(save_dir: str, run_name: str, group: str, tags: list[str], config: dict) -> bool:
+    """No logger (``conf/logger/none.yaml``): Lightning's ``logger=False``."""
+    return False
 
 
 def finish(logger: Logger | bool) -> None:

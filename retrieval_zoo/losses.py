@@ -36,6 +36,46 @@ def in_batch_accuracy(scores: torch.Tensor, targets: torch.Tensor) -> torch.Tens
     return (scores.argmax(dim=1) == targets).float().mean()
 
 
+def own_group(scores: torch.Tensor, group_size: int, first_doc: int = 0) -> torch.Tensor:
+    """Each query's scores against its own group: (B, N) → (B, G).
+
+    The batch's B·G documents (row-major groups, the positive first) start at column ``first_doc`` of ``scores``.
+    """
+    positives = first_doc + group_targets(scores.shape[0], group_size, True, scores.device)
+    return scores.gather(1, positives[:, None] + torch.arange(group_size, device=scores.device))
+
+
+def contrastive_nll(
+    scores: torch.Tensor,
+    group_size: int,
+    first_doc: int = 0,
+    in_batch_negatives: bool = True,
+    temperature: float = 1.0,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """NLL of each query's positive (DPR Eq. 2) and the in-batch accuracy, from its scores against the batch.
+
+    Args:
+        scores: (B, N) scores of the batch's B queries against N documents, among which the batch's own B·G
+            documents (row-major groups, the positive first) start at column ``first_doc`` (N = B·G on one device;
+            the global batch's documents under DDP).
+        group_size: G, documents per query.
+        first_doc: Column of the batch's first document.
+        in_batch_negatives: Every document of ``scores`` is a candidate; else only the query's own group.
+        temperature: Scores are divided by it inside the softmax.
+
+    Returns:
+        The scalar mean NLL and the scalar in-batch accuracy.
+    """
+    size = scores.shape[0]
+    if in_batch_negatives:
+        targets = first_doc + group_targets(size, group_size, True, scores.device)  # column of each query's positive
+    else:
+        scores = own_group(scores, group_size, first_doc)
+        targets = group_targets(size, group_size, False, scores.device)
+    scores = scores / temperature
+    return listwise_nll(scores, targets), in_batch_accuracy(scores, targets)
+
+
 MARGIN_NORMALIZATIONS = ("none", "pair_max")
 
 

@@ -4,7 +4,7 @@ Rerunning the command of a killed ``train.py`` run resumes it (``resume_from=aut
 ``last.ckpt`` of the job's own directory (a SLURM job requeued by submitit reruns in it), else from the newest
 unfinished run (no ``results.json``) under the same output root whose saved config equals this one. Lightning
 restores the weights, the optimizer, the schedule and the loop counters; the training DataLoader restores its sampler
-position (:class:`retrieval_zoo.data.datamodule.ResumableLoader`); and :class:`RandomState` restores the random
+position (:class:`retrieval_zoo.training.datamodule.ResumableLoader`); and :class:`RandomState` restores the random
 generators at the first resumed step, so dropout draws what it would have drawn and a resumed run ends where an
 uninterrupted one does.
 """

@@ -8,8 +8,10 @@ from pathlib import Path
 
 import pytest
 
+from retrieval_zoo.backbones import TinyRandomBackbone
 from retrieval_zoo.data.collections import Collection, embedded, msmarco_tsv
 from retrieval_zoo.data.formats import write_id_text_tsv, write_qrels
+from retrieval_zoo.encoder import Encoder
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -88,10 +90,23 @@ def two_query_batch(teacher: bool = False):
     """A two-query training batch (one positive, one negative each), with teacher scores when asked."""
     import torch
 
-    from retrieval_zoo.data.datamodule import TrainBatch
+    from retrieval_zoo.training.datamodule import TrainBatch
 
     return TrainBatch(
         qids=["q1", "q2"], queries=["python library", "debian tools"], docids=[["p1", "n1"], ["p2", "n2"]],
         docs=["a python library for data", "other text", "debian tools and more", "more text"],
         teacher_scores=torch.tensor([[3.0, 1.0], [2.0, 0.0]]) if teacher else None,
     )  # fmt: skip
+
+
+CLEAR_MARKERS = {"query": "<QRY>", "doc": "<DOC>"}  # conf/method/clear.yaml's encoder markers (CLEAR §3.1)
+
+
+def tiny_encoder(**kwargs: object) -> Encoder:
+    """The shared encoder over a tiny random BERT (hidden size 32), with any :class:`Encoder` argument."""
+    return Encoder(TinyRandomBackbone(hidden_size=32), **kwargs)
+
+
+def clear_encoder() -> Encoder:
+    """CLEAR's encoder: mean pooling, <QRY> / <DOC> markers."""
+    return tiny_encoder(markers=CLEAR_MARKERS)

@@ -1,23 +1,27 @@
 import pytest
 import torch
 
-from retrieval_zoo.backbones import TinyRandomBackbone
-from retrieval_zoo.data.datamodule import TrainBatch
-from retrieval_zoo.index.hybrid import HybridRetriever
-from retrieval_zoo.methods.clear import CLEAR, MARKERS
+from retrieval_zoo.index.base import fused_parts
+from retrieval_zoo.index.hybrid import HybridRetriever, Union
+from retrieval_zoo.methods.clear import CLEAR
+from retrieval_zoo.training.datamodule import TrainBatch
+from tests.conftest import CLEAR_MARKERS, clear_encoder
 
 
 def test_markers_are_single_added_tokens() -> None:
-    model = CLEAR(TinyRandomBackbone(hidden_size=32))
-    for marker in MARKERS.values():
-        ids = model.tokenizer(f"{marker} hello", add_special_tokens=False)["input_ids"]
+    model = CLEAR(clear_encoder())
+    tokenizer = model.encoder.tokenizer
+    for marker in CLEAR_MARKERS.values():
+        ids = tokenizer(f"{marker} hello", add_special_tokens=False)["input_ids"]
         assert len(ids) == 2 and ids[0] >= 30522  # a new id, not split into word pieces
-    assert model.encoder.get_input_embeddings().num_embeddings == len(model.tokenizer)
+    assert model.encoder.model.get_input_embeddings().num_embeddings == len(tokenizer)
+    ids, _ = model.encoder.tokenize(["hello"], "query")  # the query side's texts start with <QRY>
+    assert ids[0, 1].item() == tokenizer.convert_tokens_to_ids(CLEAR_MARKERS["query"])
 
 
 def test_embedding_ignores_padding() -> None:
     """Eq. 2–3 average real tokens only: a text's vector is the same alone and padded beside a longer one."""
-    model = CLEAR(TinyRandomBackbone(hidden_size=32)).eval()
+    model = CLEAR(clear_encoder()).eval()
     with torch.inference_mode():
         alone = model.encode_doc(["short text"])
         padded = model.encode_doc(["short text", "a much longer document that forces padding on the first"])
@@ -25,7 +29,7 @@ def test_embedding_ignores_padding() -> None:
 
 
 def test_losses_use_the_bm25_residual() -> None:
-    model = CLEAR(TinyRandomBackbone(hidden_size=32), lambda_train=0.1, xi=1.0)
+    model = CLEAR(clear_encoder(), lambda_train=0.1, xi=1.0)
     batch = TrainBatch(
         qids=["q1", "q2"], queries=["alpha", "beta"], docids=[["p1", "n1"], ["p2", "n2"]],
         docs=["alpha doc", "other", "beta doc", "more"], bm25_scores=torch.tensor([[30.0, 5.0], [2.0, 4.0]]),
@@ -38,14 +42,14 @@ def test_losses_use_the_bm25_residual() -> None:
 
 
 def test_normalised_margin_option() -> None:
-    model = CLEAR(TinyRandomBackbone(hidden_size=32), lambda_train=1.0, margin_normalization="pair_max")
+    model = CLEAR(clear_encoder(), lambda_train=1.0, margin_normalization="pair_max")
     batch = TrainBatch(
         qids=["q1"], queries=["alpha"], docids=[["p1", "n1"]], docs=["alpha doc", "other"],
         bm25_scores=torch.tensor([[20.0, 5.0]]),
     )  # fmt: skip
     assert model.losses(batch)[1]["margin"].item() == pytest.approx(1 - (20 - 5) / 20)
     with pytest.raises(ValueError, match="margin_normalization"):
-        CLEAR(TinyRandomBackbone(hidden_size=32), margin_normalization="softmax")
+        CLEAR(clear_encoder(), margin_normalization="softmax")
 
 
 class FakeBM25:
@@ -76,13 +80,13 @@ def test_a_side_alone_reuses_the_fused_search() -> None:
 
     retriever = HybridRetriever(FakeBM25(), CountingDense(), weight=0.5, depth=2)
     retriever.search({"q": "text"}, k=3)
-    model = CLEAR.__new__(CLEAR)  # component_runs reads nothing from the model
-    assert CLEAR.component_runs(model, retriever, {"q": "text"}, 1) == {
+    assert fused_parts(retriever) == ("lexical", "semantic")
+    assert {part: retriever.side(part, {"q": "text"}, 1) for part in fused_parts(retriever)} == {
         "lexical": {"q": {"a": 10.0}},
-        "dense": {"q": {"c": 3.0}},
+        "semantic": {"q": {"c": 3.0}},
     }
     assert calls == [2]  # one dense search, shared by the fusion and the dense-only run
-    retriever.side("dense", {"q": "text"}, 5)  # deeper than the fusion's depth: a search of its own
+    retriever.side("semantic", {"q": "text"}, 5)  # deeper than the fusion's depth: a search of its own
     assert calls == [2, 5]
 
 
@@ -95,12 +99,12 @@ def test_tune_picks_the_best_lambda_on_held_out_queries() -> None:
         def search(self, queries, k):
             return {"q": {"rel": 5.0, "x": 1.0}}
 
-    model = CLEAR(TinyRandomBackbone(hidden_size=32), lambda_test_grid=(0.0, 0.5, 0.9))
-    retriever = HybridRetriever(Lex(), Dense(), weight=0.9, depth=2)
-    chosen = model.tune(retriever, {"q": "text"}, {"q": {"rel": 1}})
+    index = Union(weighted="lexical", weight_grid=(0.0, 0.5, 0.9), tune_measure="MRR@10")
+    retriever = HybridRetriever(Lex(), Dense(), weight=0.9, weighted="lexical", depth=2)
+    chosen = index.tune(retriever, {"q": "text"}, {"q": {"rel": 1}})
     # rel − x = (5 − 1) + λ·(2 − 9): rel ranks first for λ < 4/7, so 0.0 and 0.5 tie at MRR 1; ties go to the smaller.
-    assert chosen["curve"] == {0.0: 1.0, 0.5: 1.0, 0.9: 0.5}
-    assert chosen["value"] == 0.0 == model.lambda_test == retriever.weight
+    assert chosen["curve"] == {0.0: 1.0, 0.5: 1.0, 0.9: 0.5} and chosen["parameter"] == "lexical_weight"
+    assert chosen["value"] == 0.0 == retriever.weight
 
 
 def test_tuning_averages_over_the_held_out_queries_only(tiny, tiny_bm25, tmp_path) -> None:
@@ -108,8 +112,9 @@ def test_tuning_averages_over_the_held_out_queries_only(tiny, tiny_bm25, tmp_pat
 
     from retrieval_zoo.pipeline import evaluate_method
 
-    model = CLEAR(TinyRandomBackbone(hidden_size=32), retrieval_depth=50, lambda_test_grid=(0.9,)).eval()
-    evaluate_method(model, tiny, tiny_bm25, "dev", 20, tmp_path, "clear", tune_queries=10)
+    model = CLEAR(clear_encoder()).eval()
+    index = Union(weighted="lexical", weight_grid=(0.9,), tune_measure="MRR@10", depth=50)
+    evaluate_method(model, index, tiny, tiny_bm25, "dev", 20, tmp_path, "clear", tune_queries=10)
     tuning = json.loads((tmp_path / "results.json").read_text())["tuning"]
     assert tuning["queries"] == 10
     # Averaged over all 120 training queries instead, the MRR could not exceed 10/120.

@@ -16,7 +16,7 @@ def test_clear_and_its_ablations_compose_and_run(tiny_dir: Path, tmp_path: Path)
         "train.py", "-m", "method=clear", "experiment=clear,clear_constant_margin,clear_random_negatives",
         *tiny_dataset(tiny_dir),
         "backbone=tiny_random", "trainer=cpu", "trainer.max_epochs=1", "data.batch_size=8", "data.val_queries=10",
-        "data.negative_depth=50", "eval.tune_queries=10", "eval.k=100", "method.retrieval_depth=100",
+        "data.negative_depth=50", "eval.tune_queries=10", "eval.k=100", "index.depth=100",
         "logger=wandb", f"hydra.sweep.dir={sweep}",
     )  # fmt: skip
     jobs = sorted(p for p in sweep.iterdir() if p.is_dir() and (p / "results.json").exists())
@@ -25,15 +25,15 @@ def test_clear_and_its_ablations_compose_and_run(tiny_dir: Path, tmp_path: Path)
     assert [c.count("experiment=clear\n") + c.count("experiment=clear_constant_margin") for c in configs] == [1, 1, 0]
     for job in jobs:
         results = json.loads((job / "results.json").read_text())
-        assert set(results["metrics"]) == {"BM25", "clear", "clear (lexical)", "clear (dense)"}
+        assert set(results["metrics"]) == {"BM25", "clear", "clear (lexical)", "clear (semantic)"}
         assert results["metrics"]["clear (lexical)"] == pytest.approx(results["metrics"]["BM25"])
         roc = results["complementarity"]  # RoC Eq. 1 of BM25 (S) vs. the embedding (D) at 10
         assert roc["k"] == 10 and roc["D-S"] + roc["D∩S"] == roc["D"] and 0 <= roc["RoC"] <= 1
         assert (job / "roc.dev.png").exists()
         tuning = results["tuning"]
-        assert tuning["queries"] == 10 and len(tuning["curve"]) == 10 and tuning["parameter"] == "lambda_test"
+        assert tuning["queries"] == 10 and len(tuning["curve"]) == 10 and tuning["parameter"] == "lexical_weight"
         assert str(tuning["value"]) in tuning["curve"] and tuning["measure"] == "MRR@10"
-        assert (job / "run.dev.dense.trec").exists()
+        assert (job / "run.dev.semantic.trec").exists()
         # The margin's distribution went to wandb as a histogram (the offline run's log holds it).
         logs = list((job / "wandb").glob("offline-run-*/run-*.wandb"))
         assert logs and b"train/margin" in logs[0].read_bytes() and b"histogram" in logs[0].read_bytes()
@@ -43,7 +43,7 @@ def test_clear_and_its_ablations_compose_and_run(tiny_dir: Path, tmp_path: Path)
 
     # evaluate.py re-tunes lambda_test on the run's own held-out slice, over a grid given on the command line.
     again = tmp_path / "evaluate"
-    grid = "method.lambda_test_grid=[0.5,1.0,2.0]"
+    grid = "index.weight_grid=[0.5,1.0,2.0]"
     run_app("evaluate.py", f"run_dir={jobs[0]}", "method=clear", grid, f"hydra.run.dir={again}")
     retuned = json.loads((again / "results.json").read_text())
     assert retuned["tuning"]["queries"] == 10 and set(retuned["tuning"]["curve"]) == {"0.5", "1.0", "2.0"}
@@ -59,7 +59,7 @@ def test_margin_distribution_is_logged_as_scalars(tiny_dir: Path, tmp_path: Path
     run_app(
         "train.py", "method=clear", *tiny_dataset(tiny_dir), "backbone=tiny_random", "trainer=cpu",
         "trainer.max_epochs=1", "trainer.log_every_n_steps=1", "data.batch_size=8", "data.val_queries=10",
-        "data.negative_depth=50", "eval.k=100", "method.retrieval_depth=100", "logger=csv", f"hydra.run.dir={out}",
+        "data.negative_depth=50", "eval.k=100", "index.depth=100", "logger=csv", f"hydra.run.dir={out}",
     )  # fmt: skip
     rows = list(csv.DictReader((out / "csv" / "metrics.csv").open()))
     logged = {key for row in rows for key, value in row.items() if value}

@@ -8,11 +8,10 @@ from hydra import compose, initialize_config_dir
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.errors import InstantiationException
 from hydra.utils import get_class, instantiate
-from omegaconf import OmegaConf
+from omegaconf import DictConfig, OmegaConf
 
 from retrieval_zoo.backbones import Backbone
 from retrieval_zoo.data.collections import Collection
-from retrieval_zoo.loggers import make_logger
 from retrieval_zoo.methods.base import RetrievalMethod
 from tests.conftest import beir_layout
 
@@ -89,8 +88,17 @@ def test_every_trainer_instantiates(trainer: str, tmp_path: Path) -> None:
 @pytest.mark.parametrize("logger", names("logger"))
 def test_every_logger_instantiates(logger: str, tmp_path: Path) -> None:
     cfg = composed(f"logger={logger}")
-    built = make_logger(**cfg.logger, save_dir=str(tmp_path), run_name="t", group="g", tags=["x"], config={})
+    built = instantiate(cfg.logger, _partial_=True)(
+        save_dir=str(tmp_path), run_name="t", group="g", tags=["x"], config={}
+    )
     assert built is False if logger == "none" else built.save_dir is not None
+
+
+def test_an_unknown_logger_fails_at_composition() -> None:
+    from hydra.errors import MissingConfigException
+
+    with pytest.raises(MissingConfigException, match="logger"):
+        composed("logger=tensorboard")
 
 
 @pytest.mark.parametrize(("group", "name"), [(g, n) for g in ("debug", "experiment") for n in names(g)])
@@ -194,3 +202,51 @@ def test_cluster_launcher_and_optuna_sweeper_compose(override: str, target: str)
         assert (
             cfg.hydra.launcher.tasks_per_node == cfg.hydra.launcher.gpus_per_node and cfg.hydra.launcher.max_num_timeout
         )
+
+
+DEFAULTS_HOMES = [
+    f"{g}/{p.name}" for g in ("encoder", "optim", "index", "logger") for p in sorted((CONF / g).glob("*.yaml"))
+]
+METHOD_FILES = [f"method/{p.name}" for p in sorted((CONF / "method").glob("*.yaml"))]
+
+
+def targeted_node(path: str) -> DictConfig:
+    """The node of ``conf/<path>`` that names a ``_target_`` (a method file in the global package keeps it under
+    ``method:``; train.yaml's DataModule under ``data:``, shared.yaml's BM25 under ``bm25:``)."""
+    config = OmegaConf.load(CONF / path.split(":")[0])
+    for key in path.split(":")[1:] or (["method"] if "method" in config and "_target_" not in config else []):
+        config = config[key]
+    return config
+
+
+@pytest.mark.parametrize("path", DEFAULTS_HOMES + METHOD_FILES + ["train.yaml:data", "shared.yaml:bm25"])
+def test_a_file_that_restates_python_defaults_agrees_with_them(path: str) -> None:
+    """One source per default: a key of these files that is also a keyword default of its target equals it.
+
+    The group files (encoder, optim, index, logger), train.yaml's ``data`` and shared.yaml's ``bm25`` are where a
+    user reads the defaults; a method file restates its constructor's (the paper's values, with their equations),
+    while what it changes is the shared groups it composes (``encoder:``, ``optim:``, whose nested blocks are
+    exempt). Interpolations such as ``${seed}`` wire one key to another and are exempt too. Files that extend
+    another (``union_clear`` extends ``union``, ``delade`` extends ``delade_cls``) hold only what they change.
+    """
+    import inspect
+
+    from hydra._internal.utils import _locate
+
+    config = targeted_node(path)
+    if "_target_" not in config:
+        assert config.get("defaults"), f"{path}: neither a _target_ nor a config it extends"
+        return
+    parameters = inspect.signature(_locate(config._target_)).parameters  # a class or a function
+    raw = OmegaConf.to_container(config, resolve=False)
+    checked = 0
+    for key, value in raw.items():
+        if key == "_target_" or key not in parameters or parameters[key].default is inspect.Parameter.empty:
+            continue
+        if isinstance(value, dict) or (isinstance(value, str) and value.startswith("${")):
+            continue
+        default = parameters[key].default
+        expected = list(default) if isinstance(default, tuple) else default
+        assert value == expected, f"{path}: {key} is {value!r} in YAML but {default!r} in {config._target_}"
+        checked += 1
+    assert checked or len(config) <= 2, f"{path}: restates no default of {config._target_}"

@@ -12,6 +12,7 @@ from retrieval_zoo.lexical.csf import CsfBags, Postings, csf_bags, max_sum_score
 from retrieval_zoo.lexical.splade import max_pooled_logits
 from retrieval_zoo.losses import flops, quadratic_warmup
 from retrieval_zoo.methods.csurf import CSurF
+from tests.conftest import tiny_encoder
 from tests.conftest import two_query_batch as batch
 
 
@@ -133,11 +134,11 @@ def literal_score(query: CsfBags, docs: CsfBags, q: int, d: int) -> float:
     return total
 
 
-def sparse_model(bias: float = -0.3, **kwargs: object) -> CSurF:
+def sparse_model(bias: float = -0.3, doc_max_length: int = 128, **kwargs: object) -> CSurF:
     """CSurF on a tiny random BERT whose MLM bias keeps about 1 logit in 300 positive, so bags stay small."""
-    model = CSurF(TinyRandomBackbone(hidden_size=32), **kwargs).eval()
+    model = CSurF(tiny_encoder(mlm_head=True, doc_max_length=doc_max_length), **kwargs).eval()
     with torch.no_grad():
-        model.encoder.cls.predictions.bias.fill_(bias)
+        model.encoder.model.cls.predictions.bias.fill_(bias)
     return model
 
 
@@ -159,7 +160,7 @@ def test_model_score_is_the_literal_formula(vector_dim: int, similarity: str, ki
 
 def test_losses_are_named_weighted_and_reach_every_part() -> None:
     model = CSurF(
-        TinyRandomBackbone(hidden_size=32),
+        tiny_encoder(mlm_head=True),
         vector_dim=4,
         lambda_q=0.5,
         lambda_d=0.25,
@@ -172,8 +173,8 @@ def test_losses_are_named_weighted_and_reach_every_part() -> None:
     assert losses["flops_query"].item() == 0.0 and diagnostics["flops_warmup"].item() == 0.0  # step 0 of warm-up
     sum(losses.values()).backward()
     assert model.vector_projection.weight.grad.abs().sum() > 0
-    assert model.encoder.cls.predictions.transform.dense.weight.grad.abs().sum() > 0
-    q, q_weights = model.encode_bags(*model._tokenize(batch().queries, 32))
+    assert model.encoder.model.cls.predictions.transform.dense.weight.grad.abs().sum() > 0
+    q, q_weights = model.encode_bags(*model.encoder.tokenize(batch().queries, "query"))
     assert q.counts().float().mean().item() == pytest.approx(diagnostics["csf_per_query"].item())
     assert flops(q_weights.mean(0)).item() > 0
 
@@ -240,7 +241,7 @@ def test_two_round_csurf_hn_recipe_runs_as_documented(tiny_dir, tmp_path) -> Non
     from tests.test_end_to_end import run_app, tiny_dataset
 
     common = [*tiny_dataset(tiny_dir), "trainer=cpu", "trainer.max_steps=4", "trainer.log_every_n_steps=1",
-              "data.batch_size=8", "data.val_queries=10", "method.doc_max_length=32", "eval.k=100",
+              "data.batch_size=8", "data.val_queries=10", "method.encoder.doc_max_length=32", "eval.k=100",
               "logger=csv"]  # fmt: skip
     first, mined = tmp_path / "round1", tmp_path / "mined"
     run_app("train.py", "experiment=csurf", *common, "method.vector_dim=8", f"hydra.run.dir={first}")

@@ -3,8 +3,8 @@ from collections import Counter
 import pytest
 import torch
 
-from retrieval_zoo.data.datamodule import TriplesDataModule
-from retrieval_zoo.data.negatives import GroupSampling, ShardedEpochSampler, negative_pool
+from retrieval_zoo.training.datamodule import TriplesDataModule
+from retrieval_zoo.training.negatives import GroupSampling, ShardedEpochSampler, negative_pool
 
 
 def sampling(random_negatives: bool = False) -> GroupSampling:

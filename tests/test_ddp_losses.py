@@ -13,13 +13,13 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-from retrieval_zoo.backbones import TinyRandomBackbone
-from retrieval_zoo.data.datamodule import TrainBatch
 from retrieval_zoo.methods.clear import CLEAR
 from retrieval_zoo.methods.csurf import CSurF
 from retrieval_zoo.methods.delade import DeLADE
 from retrieval_zoo.methods.dense import DenseBiEncoder
 from retrieval_zoo.methods.roc import RoC
+from retrieval_zoo.training.datamodule import TrainBatch
+from tests.conftest import CLEAR_MARKERS, tiny_encoder
 
 METHODS = ("dense", "clear", "roc", "delade_cls_kd", "csurf_kd", "dense_local")
 WORLD = 2
@@ -33,18 +33,18 @@ DOCS = [
 def build(name: str) -> torch.nn.Module:
     """The same weights in every process: seeded construction, eval mode (no dropout)."""
     torch.manual_seed(0)
-    backbone = TinyRandomBackbone(hidden_size=32)
     if name.startswith("dense"):
-        return DenseBiEncoder(backbone, gather_across_devices=name == "dense").eval()
+        return DenseBiEncoder(tiny_encoder(), gather_across_devices=name == "dense").eval()
     if name == "clear":
-        return CLEAR(backbone).eval()
+        return CLEAR(tiny_encoder(markers=CLEAR_MARKERS)).eval()
     if name == "roc":  # masking off: its random draws follow the order of the rows, which a split changes
-        return RoC(backbone, in_batch_negatives=True, mask_fraction=0.0).eval()
+        return RoC(tiny_encoder(pooling="cls"), in_batch_negatives=True, mask_fraction=0.0).eval()
+    mlm = tiny_encoder(mlm_head=True)
     if name == "delade_cls_kd":
-        return DeLADE(backbone, cls_dim=8, kd_weight=1.0, kd_lexical_weight=0.5, kd_semantic_weight=0.5).eval()
-    model = CSurF(backbone, vector_dim=8, lambda_q=0.01, lambda_d=0.01, kd_weight=1.0).eval()
+        return DeLADE(mlm, cls_dim=8, kd_weight=1.0, kd_lexical_weight=0.5, kd_semantic_weight=0.5).eval()
+    model = CSurF(mlm, vector_dim=8, lambda_q=0.01, lambda_d=0.01, kd_weight=1.0).eval()
     with torch.no_grad():  # small bags, as a trained model's
-        model.encoder.cls.predictions.bias.fill_(-0.3)
+        model.encoder.model.cls.predictions.bias.fill_(-0.3)
     return model
 
 

@@ -1,10 +1,11 @@
 import pytest
 import torch
 
-from retrieval_zoo.backbones import TinyRandomBackbone
+from retrieval_zoo.index.terms import Gip
 from retrieval_zoo.lexical.delade import delade_vectors, delade_vectors_naive
 from retrieval_zoo.losses import kl_distillation
 from retrieval_zoo.methods.delade import DeLADE
+from tests.conftest import tiny_encoder
 from tests.conftest import two_query_batch as batch
 
 
@@ -48,32 +49,32 @@ def test_kl_distillation_by_hand() -> None:
 
 
 def test_training_score_is_eq_13_and_losses_are_named() -> None:
-    model = DeLADE(TinyRandomBackbone(hidden_size=32), cls_dim=8, lambda_cls=4.0, kd_weight=0.5, kd_lexical_weight=1)
+    model = DeLADE(tiny_encoder(mlm_head=True), cls_dim=8, lambda_cls=4.0, kd_weight=0.5, kd_lexical_weight=1)
     assert model.needs == {"teacher_scores"}
     model.eval()  # no dropout: the two forward passes below must agree
-    tokens = model._tokenize(["python library"], 32)
+    tokens = model.encoder.tokenize(["python library"], "query")
     lexical, cls = model.encode_parts(*tokens)
     fused = model.encode_query(["python library"])
     assert fused.shape == (1, model.vocab_size + 8)
     assert (fused @ fused.T).item() == pytest.approx((lexical @ lexical.T + 4.0 * cls @ cls.T).item(), rel=1e-5)
     losses, diagnostics = model.train().losses(batch(teacher=True))
     assert set(losses) == {"nll", "kd", "kd_lexical"} and diagnostics["score/lexical_positive"].shape == (2,)
-    assert not model.encoder.get_input_embeddings().weight.requires_grad  # frozen, as in the reference code
+    assert not model.encoder.model.get_input_embeddings().weight.requires_grad  # frozen, as in the reference code
 
 
 def test_lexical_only_model_has_no_cls_part() -> None:
-    model = DeLADE(TinyRandomBackbone(hidden_size=32), cls_dim=0)
+    model = DeLADE(tiny_encoder(mlm_head=True), cls_dim=0)
     assert model.encode_doc(["a document"]).shape == (1, model.vocab_size)
-    assert model.complementarity_parts is None and model.needs == frozenset()
+    assert model.needs == frozenset()
     losses, _ = model.losses(batch())
     assert set(losses) == {"nll"}
     with pytest.raises(ValueError, match="cls_dim"):
-        DeLADE(TinyRandomBackbone(hidden_size=32), cls_dim=0, kd_semantic_weight=1.0)
+        DeLADE(tiny_encoder(mlm_head=True), cls_dim=0, kd_semantic_weight=1.0)
 
 
-def test_dhr_retrieval_scores_are_gip_and_parts_add_up(tiny) -> None:
-    model = DeLADE(TinyRandomBackbone(hidden_size=32), cls_dim=8, slices=128, first_stage=None, doc_max_length=24)
-    retriever = model.eval().build_retriever(tiny)
+def test_dhr_retrieval_scores_are_gip_and_parts_add_up(tiny, tiny_bm25) -> None:
+    model = DeLADE(tiny_encoder(mlm_head=True, doc_max_length=24), cls_dim=8)
+    retriever = Gip(slices=128, first_stage=None).build(model.eval(), tiny, tiny_bm25)
     assert retriever.nbytes == len(tiny.corpus) * (2 * (128 + 8) + 1 * 128)  # float16 values; uint8 DLR positions
     queries = dict(list(tiny.judged_queries("dev").items())[:5])
     fused = retriever.search(queries, 400)
@@ -96,7 +97,7 @@ def test_delade_cls_trains_and_evaluates_through_dhrs(tiny_dir, tmp_path) -> Non
     run_app(
         "train.py", "method=delade_cls", *tiny_dataset(tiny_dir), "backbone=tiny_random", "trainer=cpu",
         "trainer.max_epochs=1", "data.batch_size=8", "data.val_queries=10", "eval.k=100", "eval.explain=2",
-        "method.slices=128", "method.doc_max_length=24", "method.candidates=100", "logger=csv",
+        "index.slices=128", "method.encoder.doc_max_length=24", "index.candidates=100", "logger=csv",
         f"hydra.run.dir={out}",
     )  # fmt: skip
     results = json.loads((out / "results.json").read_text())

@@ -1,9 +1,11 @@
 import pytest
 
-from retrieval_zoo.backbones import TinyRandomBackbone
 from retrieval_zoo.evaluation import evaluate
+from retrieval_zoo.index.base import fused_parts
+from retrieval_zoo.index.terms import Gip
 from retrieval_zoo.methods.dense import DenseBiEncoder
 from retrieval_zoo.methods.dhr_fusion import DhrFusion, bag_matrix
+from tests.conftest import tiny_encoder
 
 
 def test_bag_matrix_places_weights_and_drops_unknown_terms() -> None:
@@ -12,8 +14,7 @@ def test_bag_matrix_places_weights_and_drops_unknown_terms() -> None:
 
 
 def test_bm25_dlr_only_loses_what_collisions_hide(tiny, tiny_bm25) -> None:
-    model = DhrFusion(lexical="bm25", slices=256, first_stage=None).eval()
-    retriever = model.build_retriever(tiny)
+    retriever = Gip(slices=256, first_stage=None).build(DhrFusion(lexical="bm25").eval(), tiny, tiny_bm25)
     queries = dict(list(tiny.judged_queries("dev").items())[:30])
     run = retriever.search(queries, 100)
     qids = list(queries)
@@ -29,11 +30,11 @@ def test_bm25_dlr_only_loses_what_collisions_hide(tiny, tiny_bm25) -> None:
     assert dlr > 0.8 * bm25  # 256 slices over this slice's vocabulary keep most of BM25
 
 
-def test_bm25_plus_dense_dhr_adds_the_two_parts(tiny) -> None:
-    dense = DenseBiEncoder(TinyRandomBackbone(hidden_size=32), pooling="mean", doc_max_length=32)
-    model = DhrFusion(lexical="bm25", dense=dense, lambda_dense=4.0, slices=128, first_stage=None).eval()
-    assert model.complementarity_parts == ("lexical", "semantic")
-    retriever = model.build_retriever(tiny)
+def test_bm25_plus_dense_dhr_adds_the_two_parts(tiny, tiny_bm25) -> None:
+    dense = DenseBiEncoder(tiny_encoder(doc_max_length=32))
+    model = DhrFusion(lexical="bm25", dense=dense).eval()
+    retriever = Gip(slices=128, first_stage=None, weight=4.0).build(model, tiny, tiny_bm25)
+    assert fused_parts(retriever) == ("lexical", "semantic")
     queries = dict(list(tiny.judged_queries("dev").items())[:5])
     fused, lexical, semantic = (retriever.search(queries, 400, part=p) for p in (None, "lexical", "semantic"))
     reweighted = retriever.search(queries, 400, weight=8.0)  # λ at query time: the [CLS] part counts twice as much
@@ -44,27 +45,30 @@ def test_bm25_plus_dense_dhr_adds_the_two_parts(tiny) -> None:
             assert reweighted[qid][docid] == pytest.approx(lexical[qid][docid] + 2 * semantic[qid][docid], abs=4e-2)
 
 
-def test_tuning_picks_the_best_lambda_on_held_out_queries(tiny) -> None:
-    dense = DenseBiEncoder(TinyRandomBackbone(hidden_size=32), pooling="mean", doc_max_length=32)
-    model = DhrFusion(lexical="bm25", dense=dense, slices=128, first_stage=None, lambda_grid=(0.0, 1.0, 100.0)).eval()
-    retriever = model.build_retriever(tiny)
+def test_tuning_picks_the_best_lambda_on_held_out_queries(tiny, tiny_bm25) -> None:
+    dense = DenseBiEncoder(tiny_encoder(doc_max_length=32))
+    index = Gip(slices=128, first_stage=None, weight_grid=(0.0, 1.0, 100.0))
+    retriever = index.build(DhrFusion(lexical="bm25", dense=dense).eval(), tiny, tiny_bm25)
     queries = dict(list(tiny.judged_queries("train").items())[:20])
     qrels = {q: tiny.qrels["train"][q] for q in queries}
-    record = model.tune(retriever, queries, qrels)
+    record = index.tune(retriever, queries, qrels)
     curve = record["curve"]
     assert record["value"] == max(curve, key=curve.get) and retriever.weight == record["value"]
     # a random encoder only adds noise to BM25: λ = 0 (BM25's DLR alone) is at least as good as λ = 100
     assert curve[0.0] >= curve[100.0]
 
 
-def test_splade_dlr_runs_on_the_backbone_mlm(tiny) -> None:
-    model = DhrFusion(lexical="splade", backbone=TinyRandomBackbone(hidden_size=32), slices=128, discard=570,
-                      max_length=16).eval()  # fmt: skip
-    run = model.build_retriever(tiny).search(dict(list(tiny.judged_queries("dev").items())[:3]), 5)
+def test_splade_dlr_runs_on_the_backbone_mlm(tiny, tiny_bm25) -> None:
+    model = DhrFusion(
+        lexical="splade", encoder=tiny_encoder(mlm_head=True, query_max_length=16, doc_max_length=16)
+    ).eval()
+    retriever = Gip(slices=128).build(model, tiny, tiny_bm25)
+    assert retriever.slicing.discard == 570 and fused_parts(retriever) is None  # BERT's unused ids; no [CLS] part
+    run = retriever.search(dict(list(tiny.judged_queries("dev").items())[:3]), 5)
     assert len(run) == 3 and all(len(docs) == 5 for docs in run.values())
     with pytest.raises(ValueError, match="lexical must be"):
         DhrFusion(lexical="tfidf")
-    with pytest.raises(ValueError, match="needs a backbone"):
+    with pytest.raises(ValueError, match="needs an encoder with its MLM head"):
         DhrFusion(lexical="splade")
 
 
@@ -73,8 +77,8 @@ def test_evaluation_explains_what_the_dlr_matched(tiny, tiny_bm25, tmp_path) -> 
 
     from retrieval_zoo.pipeline import evaluate_method
 
-    model = DhrFusion(lexical="bm25", slices=256, first_stage=None).eval()
-    summary = evaluate_method(model, tiny, tiny_bm25, "dev", 20, tmp_path, "dlr_bm25", explain=2)
+    model, index = DhrFusion(lexical="bm25").eval(), Gip(slices=256, first_stage=None)
+    summary = evaluate_method(model, index, tiny, tiny_bm25, "dev", 20, tmp_path, "dlr_bm25", explain=2)
     assert summary["index_bytes"] == len(tiny.corpus) * 256 * (2 + 1)
     # open slices per document: at most one per distinct term, and at most M
     bm25 = tiny_bm25.document_term_weights(list(tiny.corpus), saturation_only=True)
@@ -87,3 +91,17 @@ def test_evaluation_explains_what_the_dlr_matched(tiny, tiny_bm25, tmp_path) -> 
         assert all(m["term"].isalnum() or "." in m["term"] for m in record["matches"])  # analysed words, not ids
         products = [m["query"] * m["doc"] for m in record["matches"]]
         assert products == sorted(products, reverse=True)
+
+
+def test_evaluation_runs_an_untrained_fusion_in_eval_mode(tiny, tiny_bm25, tmp_path) -> None:
+    """``dhr_bm25_dense`` is not trained, so nothing else switches its dense part's dropout off before retrieval."""
+    from retrieval_zoo.pipeline import evaluate_method
+
+    model = DhrFusion(lexical="bm25", dense=DenseBiEncoder(tiny_encoder(doc_max_length=16)))
+    assert model.dense.training  # as Hydra instantiates it
+    index = Gip(slices=64, first_stage=None, weight_grid=(1.0,))
+    runs = []
+    for attempt in ("first", "second"):
+        evaluate_method(model, index, tiny, tiny_bm25, "dev", 20, tmp_path / attempt, "dhr_bm25_dense")
+        runs.append((tmp_path / attempt / "run.dev.trec").read_text())
+    assert not model.dense.training and runs[0] == runs[1]  # with dropout on, the two runs differ

@@ -2,8 +2,8 @@ import hashlib
 import json
 from pathlib import Path
 
-from retrieval_zoo.data.build_debian_descriptions import build
 from retrieval_zoo.data.collections import EMBEDDED_ROOT, embedded
+from tools.build_debian_descriptions import build
 
 ROOT = EMBEDDED_ROOT / "debian_descriptions"
 

@@ -50,7 +50,14 @@ def test_train_then_evaluate(tiny_dir: Path, tmp_path: Path) -> None:
     offline_runs = list((out / "wandb").glob("offline-run-*"))
     assert offline_runs, "wandb should have written an offline run"
     records = next(offline_runs[0].glob("run-*.wandb")).read_bytes()  # the records `wandb sync` uploads
-    for key in (b"eval/dense/MRR@10", b"eval/BM25/MRR@10", b"train/loss/nll", b"backbone:tiny_random", b"run-files"):
+    for key in (
+        b"eval/dense/MRR@10",
+        b"eval/BM25/MRR@10",
+        b"train/loss/nll",
+        b"backbone:tiny_random",
+        b"index:faiss",
+        b"run-files",
+    ):
         assert key in records, key  # summary metrics, loss components, tags, the artifact of run files
     (table,) = (offline_runs[0] / "files" / "media" / "table" / "eval").glob("moved_queries_*.table.json")
     moved = json.loads(table.read_text())
@@ -59,7 +66,13 @@ def test_train_then_evaluate(tiny_dir: Path, tmp_path: Path) -> None:
         for r in results["moved_queries"]
     ]
     config = (out / "run_config.yaml").read_text().splitlines()
-    assert config[:3] == ["method_name: dense", "backbone_name: tiny_random", "dataset_name: msmarco_passage"]
+    identity = [
+        "method_name: dense",
+        "index_name: faiss",
+        "backbone_name: tiny_random",
+        "dataset_name: msmarco_passage",
+    ]
+    assert config[:4] == identity
 
     evaluated = tmp_path / "evaluate"
     stdout = run_app("evaluate.py", f"run_dir={out}", "eval.k=100", f"hydra.run.dir={evaluated}")
@@ -88,7 +101,7 @@ def test_bm25_method_needs_no_training(tiny_dir: Path, tmp_path: Path) -> None:
 def test_multirun_gives_each_job_its_own_directory(tiny_dir: Path, tmp_path: Path) -> None:
     sweep = tmp_path / "sweep"
     run_app(
-        "train.py", "-m", *tiny_dataset(tiny_dir), "method=bm25", "logger=none", "eval.k=100", "method.k1=0.6,1.2",
+        "train.py", "-m", *tiny_dataset(tiny_dir), "method=bm25", "logger=none", "eval.k=100", "bm25.k1=0.6,1.2",
         f"hydra.sweep.dir={sweep}",
     )  # fmt: skip
     results = sorted(sweep.glob("*/results.json"))
@@ -132,3 +145,14 @@ def shard_writers(cache: Path) -> list[list[int]]:
         shards.folder = folder
         writers.append([shards.writer_rank(s) for s in range(len(shards))])
     return writers
+
+
+@pytest.mark.slow
+def test_fast_dev_run_still_encodes_every_shard(tiny_dir: Path, tmp_path: Path) -> None:
+    """debug=fast_dev_run trains two batches, but the index needs the whole corpus: 4 shards, not 2."""
+    out = tmp_path / "smoke"
+    stdout = run_app(
+        "train.py", "debug=fast_dev_run", *tiny_dataset(tiny_dir), "backbone=tiny_random", "encode.shard_size=100",
+        "eval.k=100", f"hydra.run.dir={out}",
+    )  # fmt: skip
+    assert "| dense |" in stdout and json.loads((out / "results.json").read_text())["queries"] == 30

@@ -1,8 +1,6 @@
 from pathlib import Path
 
-import pytest
-
-from retrieval_zoo.loggers import make_logger, wandb_mode
+from retrieval_zoo.loggers import wandb_mode
 
 
 def test_wandb_mode_is_offline_without_a_key(monkeypatch, tmp_path: Path) -> None:
@@ -28,8 +26,3 @@ def test_wandb_mode_is_offline_with_a_key_but_no_network(monkeypatch) -> None:
 
     monkeypatch.setattr(socket, "create_connection", unreachable)
     assert wandb_mode() == "offline"
-
-
-def test_unknown_logger_kind(tmp_path: Path) -> None:
-    with pytest.raises(ValueError, match="logger.kind must be"):
-        make_logger("tensorboard", str(tmp_path), "r", "g", [], {})

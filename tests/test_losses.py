@@ -3,9 +3,10 @@ import math
 import pytest
 import torch
 
+from retrieval_zoo.batching import length_sorted_batches
+from retrieval_zoo.encoder import cls_pool, mean_pool
 from retrieval_zoo.losses import group_targets, in_batch_accuracy, listwise_nll
 from retrieval_zoo.methods.base import Optim
-from retrieval_zoo.methods.encoding import cls_pool, length_sorted_batches, mean_pool
 
 
 def test_listwise_nll_by_hand() -> None:
@@ -121,7 +122,7 @@ def test_orthogonality_loss_by_hand() -> None:
 
 
 def test_masking_touches_only_exact_matches_in_the_configured_fraction() -> None:
-    from retrieval_zoo.methods.encoding import mask_exact_matches
+    from retrieval_zoo.methods.masking import mask_exact_matches
 
     cls, sep, pad, mask = 101, 102, 0, 103
     query = torch.tensor([[cls, 7, 8, sep], [cls, 9, sep, pad]])

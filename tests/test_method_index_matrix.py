@@ -1,168 +1,154 @@
-"""Every method × index pair that applies, on a tiny random backbone created here (skips only where a pair
-cannot apply: BM25 has no vectors for faiss, a dense model has no Lucene postings).
+"""Every ``conf/method`` × ``conf/index`` pair, composed and instantiated by Hydra, on a tiny random backbone.
 
-Each index is also built from the corpus cut into shards of 37 documents (11 shards): searching the shards and
-merging their top k must give the one-shard run, for every exact index (HNSW graphs differ by construction).
+No hand-kept table: a pair is compatible when the index accepts a representation the method produces. A compatible
+pair builds its retriever on the tiny collection and must return what brute force over the method's own encodings
+gives; the same index built from the corpus cut into 11 shards (37 documents each) must return the one-shard run.
+An incompatible pair fails with a message naming both and the compatible indexes.
+
+Each pair encodes the corpus twice, once whole and once in eleven shards: brute force scores the whole encoding the
+index was built from (the masked-LM methods' |V|-wide encodings are most of the matrix's time).
 """
+
+from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
+from hydra import compose, initialize_config_dir
+from hydra.utils import get_class, instantiate
+from omegaconf import OmegaConf
 
-from retrieval_zoo.backbones import TinyRandomBackbone
-from retrieval_zoo.index.concatenated import ConcatenatedRetriever
-from retrieval_zoo.index.csf import CsfRetriever
-from retrieval_zoo.index.dense import DenseRetriever, FaissIndex
+from retrieval_zoo.index.base import compatible, fused_parts
 from retrieval_zoo.index.dhr import DhrRetriever
-from retrieval_zoo.index.hybrid import HybridRetriever
 from retrieval_zoo.index.shards import CorpusShards
-from retrieval_zoo.index.sparse import SparseRetriever
-from retrieval_zoo.lexical.bm25 import BM25
-from retrieval_zoo.methods.bm25 import BM25Method
-from retrieval_zoo.methods.clear import CLEAR
-from retrieval_zoo.methods.csurf import CSurF
-from retrieval_zoo.methods.delade import DeLADE
-from retrieval_zoo.methods.dense import DenseBiEncoder
-from retrieval_zoo.methods.dhr_fusion import DhrFusion
-from retrieval_zoo.methods.roc import RoC
+from retrieval_zoo.pipeline import check_method_and_index
 
-METHODS = [
-    "bm25",
-    "dense_mean",
-    "dense_cls",
-    "clear",
-    "roc",
-    "roc_exact",
-    "delade",
-    "delade_cls",
-    "dlr_bm25",
-    "dlr_splade",
-    "csurf",
-]
-INDEXES = ["lucene", "faiss_flat", "faiss_hnsw", "union", "concatenated", "gip", "sparse", "inverted"]
-APPLIES = {
-    "bm25": {"lucene"},
-    "dense_mean": {"faiss_flat", "faiss_hnsw"},
-    "dense_cls": {"faiss_flat", "faiss_hnsw"},
-    "clear": {"faiss_flat", "faiss_hnsw", "union"},  # its embedding alone, or BM25 ∪ embedding
-    "roc": {"faiss_flat", "faiss_hnsw", "concatenated"},  # its [CLS] part alone, or [projected BM25 ; [CLS]] exactly
-    "roc_exact": {"faiss_flat", "faiss_hnsw", "union"},  # its [CLS] part alone, or exact BM25 ∪ [CLS] (naive sum)
-    # the full |V| (+ [CLS]) vectors by inner product (faiss, the paper's FlatIP, or one sparse matrix with
-    # slices=0), or densified and searched by GIP
-    "delade": {"faiss_flat", "faiss_hnsw", "gip", "sparse"},
-    "delade_cls": {"faiss_flat", "faiss_hnsw", "gip", "sparse"},
-    "dlr_bm25": {"gip", "sparse"},  # off-the-shelf term vectors: no single dense vector to hand to faiss
-    "dlr_splade": {"gip", "sparse"},
-    "csurf": {"inverted"},  # bags of CSFs: neither one vector per text nor one term vector; inverted lists only
-}
-RETRIEVERS = {
-    "lucene": BM25,
-    "union": HybridRetriever,
-    "concatenated": ConcatenatedRetriever,
-    "gip": DhrRetriever,
-    "sparse": SparseRetriever,
-    "inverted": CsfRetriever,
-}
+CONF = Path(__file__).resolve().parents[1] / "conf"
+METHODS = sorted(p.stem for p in (CONF / "method").glob("*.yaml"))
+INDEXES = sorted(p.stem for p in (CONF / "index").glob("*.yaml"))
+K = 10
 
 
-def make(method: str, index: str = "gip"):
-    slices = 0 if index == "sparse" else 128
-    if method == "bm25":
-        return BM25Method(threads=2)
-    if method == "clear":
-        return CLEAR(TinyRandomBackbone(hidden_size=32), encode_batch_size=64, retrieval_depth=20).eval()
-    if method.startswith("dlr"):
-        lexical = method.split("_")[1]
-        return DhrFusion(lexical, backbone=TinyRandomBackbone(hidden_size=32), slices=slices, max_length=16).eval()
-    if method.startswith("delade"):
-        cls_dim = 8 if method == "delade_cls" else 0
-        return DeLADE(TinyRandomBackbone(hidden_size=32), cls_dim=cls_dim, slices=slices, doc_max_length=16).eval()
-    if method == "csurf":
-        model = CSurF(TinyRandomBackbone(hidden_size=32), vector_dim=8, doc_max_length=16).eval()
-        with torch.no_grad():  # about 1 logit in 300 positive: small bags, as a trained model's
-            model.encoder.cls.predictions.bias.fill_(-0.3)
-        return model
-    if method.startswith("roc"):
-        fusion = "exact" if method == "roc_exact" else "projected"
-        return RoC(TinyRandomBackbone(hidden_size=32), fusion_lexical=fusion, encode_batch_size=64).eval()
-    pooling = method.split("_")[1]
-    return DenseBiEncoder(TinyRandomBackbone(hidden_size=32), pooling=pooling, encode_batch_size=64).eval()
+def composed(method: str, index: str):
+    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
+        cfg = compose("train", [f"method={method}", f"index={index}", "backbone=tiny_random"])
+    cfg.method_name, cfg.index_name = method, index  # Hydra's choices, which compose() leaves unresolvable
+    for node in ("method.encoder", "method.dense.encoder"):  # short texts: the tiny corpus encodes fast
+        if OmegaConf.select(cfg, node) is not None:
+            OmegaConf.update(cfg, f"{node}.query_max_length", 8)
+            OmegaConf.update(cfg, f"{node}.doc_max_length", 8)
+    if "depth" in cfg.index:
+        OmegaConf.update(cfg, "index.depth", 50)
+    return cfg
 
 
-def sharded(model, tiny, size: int = 37, encode=None) -> CorpusShards:
-    """The tiny corpus encoded by ``model`` on demand, in shards of ``size`` documents."""
-    encode = encode or model.encode_corpus_shard
-    return CorpusShards.on_demand(list(tiny.corpus), lambda ids: encode([tiny.corpus[d] for d in ids]), size)
+def pair_is_compatible(cfg) -> bool:
+    return compatible(get_class(cfg.method._target_), get_class(cfg.index._target_))
 
 
-def assert_same_run(merged: dict, whole: dict) -> None:
-    """The same documents with the same scores, up to the order of ties and float round-off."""
-    assert merged.keys() == whole.keys()
-    for qid, docs in whole.items():
-        assert np.allclose(list(merged[qid].values()), list(docs.values()), atol=1e-4)
-        tied_at_the_end = min(docs.values(), default=0.0)
-        assert {d for d, s in docs.items() if s > tied_at_the_end + 1e-4} <= set(merged[qid])
+def small_bags(model) -> None:
+    """A random MLM head expands to most of the vocabulary: a negative bias keeps CSurF's bags small, as trained."""
+    if hasattr(model, "vector_projection"):
+        with torch.no_grad():
+            model.encoder.model.cls.predictions.bias.fill_(-0.3)
 
 
-@pytest.mark.parametrize("index", INDEXES)
-@pytest.mark.parametrize("method", METHODS)
-def test_method_index(method: str, index: str, tiny) -> None:
-    if index not in APPLIES[method]:
-        pytest.skip(f"{method} has no {index} representation")
-    model = make(method, index)
-    queries = dict(list(tiny.judged_queries("dev").items())[:10])
-    if index in RETRIEVERS:
-        retriever = model.build_retriever(tiny)
-        assert isinstance(retriever, RETRIEVERS[index])
-        run = retriever.search(queries, 20)
-        assert all(0 < len(docs) <= 20 for docs in run.values())
-        if model.encodes_corpus:
-            assert_same_run(model.build_retriever(tiny, sharded(model, tiny)).search(queries, 20), run)
-        return
-    factory = {"faiss_flat": "Flat", "faiss_hnsw": "HNSW32"}[index]
-    vectors = lambda texts: {"vectors": model.encode_doc(texts)}  # noqa: E731
-    retriever = DenseRetriever(model, sharded(model, tiny, len(tiny.corpus), vectors), factory=factory, batch_size=64)
-    run = retriever.search(queries, 10)
-    if factory == "Flat":
-        many = DenseRetriever(model, sharded(model, tiny, encode=vectors), factory=factory, batch_size=64)
-        assert len(many.index._parts) == 11
-        assert_same_run(many.search(queries, 10), run)
-    # Brute force with the method's own score function is the reference.
+def brute_force(model, index, retriever, tiny, bm25, queries, payload) -> dict[str, dict[str, float]]:
+    """Each query's score for every document, from the corpus's encoding ``payload``, without the index."""
+    docids, texts = list(tiny.corpus), list(queries.values())
+    representation = index.representation(model)
     with torch.inference_mode():
-        docids = list(tiny.corpus)
-        d = model.encode_doc([tiny.corpus[x] for x in docids])
-        q = model.encode_query(list(queries.values()))
-        scores = model.score(q, d)
-        top = scores.topk(10, dim=1)
-    column = {docid: i for i, docid in enumerate(docids)}
-    for row, qid in enumerate(queries):
-        exact = [docids[i] for i in top.indices[row].tolist()]
-        # The index returns each document with the score the method gives it (up to batching round-off) ...
-        returned = [scores[row, column[x]].item() for x in run[qid]]
-        assert np.allclose(returned, list(run[qid].values()), atol=1e-4)
-        if factory == "Flat":  # ... and Flat returns the exact top 10 (ties within round-off may swap).
-            assert np.allclose(sorted(run[qid].values(), reverse=True), top.values[row].numpy(), atol=1e-4)
-        else:
-            assert len(set(run[qid]) & set(exact)) >= 8
+        if representation == "bm25":  # BM25 as the inner product of IDF and TF-saturation vectors (RoC Eq. 3)
+            bags = bm25.document_term_weights(docids, saturation_only=True)
+            scores = [[sum(w * bag.get(t, 0.0) for t, w in q.items()) for bag in bags] for q in bm25.query_idf(texts)]
+            scores = torch.tensor(scores)
+        elif representation == "csf_bags":
+            scores = model.score(model.encode_query(texts), model.encode_doc([tiny.corpus[d] for d in docids]))
+        elif representation == "term_weights":
+            return {qid: dict(zip(docids, row.tolist(), strict=True)) for qid, row in zip(
+                queries, term_scores(model, retriever, tiny, bm25, texts, payload), strict=True)}  # fmt: skip
+        else:  # vectors, or RoC's pair: q_lex·d_lex + λ·q_sem·d_sem (Eq. 11)
+            semantic = model.encode_query(texts) @ payload["vectors"].T
+            scores = semantic
+            if representation == "lexical_semantic":
+                project = model.projection.project
+                q_lex = project(bm25.query_idf(texts))
+                d_lex = project(bm25.document_term_weights(docids, saturation_only=True))
+                scores = q_lex @ d_lex.T + index.weight * semantic
+    return {qid: dict(zip(docids, row.tolist(), strict=True)) for qid, row in zip(queries, scores, strict=True)}
 
 
-def test_faiss_rejects_mismatched_ids() -> None:
-    with pytest.raises(ValueError, match="2 vectors for 3 document ids"):
-        FaissIndex().build(np.zeros((2, 4), dtype=np.float32), ["a", "b", "c"])
+def term_scores(model, retriever, tiny, bm25, texts: list[str], payload) -> torch.Tensor:
+    """Exact GIP of the query and document DLRs/DHRs (Eq. 11), or the exact sparse score, for every document."""
+    encoder = model.term_encoder(tiny, bm25)
+    q_lex, q_cls = encoder.encode_queries(texts)
+    if isinstance(retriever, DhrRetriever):
+        from retrieval_zoo.index.dhr import densify_parts
+        from retrieval_zoo.index.dlr import gip
+
+        order, lam = retriever.slicing.order(), retriever.lam
+        qv, qi, _ = densify_parts(q_lex, q_cls, retriever.slicing, order, lam)
+        dv, di, _ = densify_parts(payload["lexical"], payload.get("cls"), retriever.slicing, order, lam)
+        as_tensor = lambda a: torch.from_numpy(a.astype(np.float32))  # noqa: E731
+        return gip(as_tensor(qv), as_tensor(qi), as_tensor(dv), as_tensor(di))
+    q_lex, d_lex = q_lex.clone(), payload["lexical"].clone()
+    q_lex[:, : encoder.discard], d_lex[:, : encoder.discard] = 0, 0
+    scores = q_lex @ d_lex.T
+    if q_cls is not None:
+        scores += retriever.weight * (q_cls @ payload["cls"].T)
+    return scores
 
 
-def test_dense_on_a_local_distilbert_directory(tmp_path) -> None:
-    """backbone.path: any local Hugging Face directory, here a tiny random DistilBERT (no token_type_ids)."""
-    from transformers import DistilBertConfig, DistilBertForMaskedLM
+def assert_same_run(found: dict, expected: dict, atol: float) -> None:
+    """The same documents with the same scores, up to the order of ties and round-off."""
+    assert found.keys() == expected.keys()
+    for qid, docs in expected.items():
+        assert np.allclose(sorted(found[qid].values()), sorted(docs.values()), atol=atol), qid
+        last = min(docs.values(), default=0.0)
+        assert {d for d, s in docs.items() if s > last + atol} <= set(found[qid]), qid
 
-    from retrieval_zoo.backbones import Backbone
 
-    tokenizer = TinyRandomBackbone().load_tokenizer()
-    config = DistilBertConfig(vocab_size=tokenizer.vocab_size, dim=32, n_layers=1, n_heads=2, hidden_dim=64)
-    DistilBertForMaskedLM(config).save_pretrained(tmp_path)
-    tokenizer.save_pretrained(tmp_path)
-    model = DenseBiEncoder(Backbone("local_distilbert", path=str(tmp_path)), pooling="cls")
-    vectors = model.encode_doc(["a document", "another, longer document"])
-    assert vectors.shape == (2, 32)
-    with pytest.raises(FileNotFoundError, match="has no config.json"):
-        Backbone("missing", path=str(tmp_path / "nope")).source()
+def top(scores: dict[str, dict[str, float]], k: int) -> dict[str, dict[str, float]]:
+    return {q: dict(sorted(docs.items(), key=lambda x: -x[1])[:k]) for q, docs in scores.items()}
+
+
+@pytest.mark.parametrize("index_name", INDEXES)
+@pytest.mark.parametrize("method_name", METHODS)
+def test_method_index(method_name: str, index_name: str, tiny, tiny_bm25) -> None:
+    cfg = composed(method_name, index_name)
+    if not pair_is_compatible(cfg):
+        with pytest.raises(ValueError, match=f"index={index_name} cannot search method={method_name}.*indexes for"):
+            check_method_and_index(cfg)
+        return
+    check_method_and_index(cfg)
+    torch.manual_seed(0)
+    model, index = instantiate(cfg.method).eval(), instantiate(cfg.index)
+    small_bags(model)
+    queries = dict(list(tiny.judged_queries("dev").items())[:8])
+    docids, encode = list(tiny.corpus), index.doc_encoder(model, tiny, tiny_bm25)
+    with torch.inference_mode():
+        lucene = index.representation(model) == "bm25"  # BM25 is the run's own Lucene index: nothing to encode
+        corpus = {} if lucene else encode(docids)  # one shard, read by the index as built, and by brute force
+        as_encoded = lambda ids: {name: value.clone() for name, value in corpus.items()}  # noqa: E731
+        retriever = index.build(model, tiny, tiny_bm25, CorpusShards.on_demand(docids, as_encoded, len(docids)))
+        run = retriever.search(queries, K)
+    assert all(0 < len(docs) <= K for docs in run.values())
+    expected = brute_force(model, index, retriever, tiny, tiny_bm25, queries, corpus)
+    parts = fused_parts(retriever)
+    if parts and hasattr(retriever, "bm25"):  # a union: BM25's and the vectors' candidates, fused as they score
+        lexical, semantic = retriever.runs(queries)
+        assert_same_run(semantic, top(expected, retriever.depth), 1e-3)  # the vectors' side is brute force
+        assert lexical == tiny_bm25.search(queries, retriever.depth)  # the lexical side is the run's BM25
+        weights = (retriever.weight, 1.0) if retriever.weighted == "lexical" else (1.0, retriever.weight)
+        for qid, docs in run.items():
+            for docid, score in docs.items():  # a side's missing score is its lowest
+                lex = lexical[qid].get(docid, min(lexical[qid].values()))
+                dense = semantic[qid].get(docid, min(semantic[qid].values()))
+                assert score == pytest.approx(weights[0] * lex + weights[1] * dense, abs=1e-3)
+    else:
+        atol = 2e-2 if isinstance(retriever, DhrRetriever) or method_name == "bm25" else 1e-3  # float16; Lucene
+        assert_same_run(run, top(expected, K), atol)
+    with torch.inference_mode():
+        eleven = CorpusShards.on_demand(docids, encode, 37)
+        assert len(eleven) == 11
+        assert_same_run(index.build(model, tiny, tiny_bm25, eleven).search(queries, K), run, 2e-2)

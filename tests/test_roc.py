@@ -1,10 +1,12 @@
 import pytest
 import torch
 
-from retrieval_zoo.backbones import TinyRandomBackbone
-from retrieval_zoo.data.datamodule import TrainBatch
 from retrieval_zoo.evaluation import evaluate
+from retrieval_zoo.index.concatenated import Concatenated
+from retrieval_zoo.index.hybrid import Union
 from retrieval_zoo.methods.roc import RoC
+from retrieval_zoo.training.datamodule import TrainBatch
+from tests.conftest import tiny_encoder
 
 
 def batch() -> TrainBatch:
@@ -17,21 +19,21 @@ def batch() -> TrainBatch:
 
 
 def test_losses_are_nll_plus_weighted_orthogonality() -> None:
-    model = RoC(TinyRandomBackbone(hidden_size=32), mask_fraction=0.0, ortho_weight=1.0)
+    model = RoC(tiny_encoder(pooling="cls"), mask_fraction=0.0, ortho_weight=1.0)
     losses, diagnostics = model.losses(batch())
     assert set(losses) == {"nll", "ortho"} and losses["ortho"].item() == pytest.approx(
         diagnostics["orthogonality"].item()
     )
     assert 0 < diagnostics["orthogonality"].item() < 2
-    only_nll = RoC(TinyRandomBackbone(hidden_size=32), mask_fraction=0.0, ortho_weight=0.0)
+    only_nll = RoC(tiny_encoder(pooling="cls"), mask_fraction=0.0, ortho_weight=0.0)
     assert set(only_nll.losses(batch())[0]) == {"nll"}
     # The lexical vectors are the fixed projection of the BM25 bags (no gradient reaches them).
     lex = model.lexical(batch().bm25_query_vectors)
     assert lex.shape == (2, 32) and not lex.requires_grad
 
 
-def test_masking_happens_in_training_only(tiny, monkeypatch) -> None:
-    model = RoC(TinyRandomBackbone(hidden_size=32), mask_fraction=0.15)
+def test_masking_happens_in_training_only(tiny, tiny_bm25, monkeypatch) -> None:
+    model = RoC(tiny_encoder(pooling="cls"), mask_fraction=0.15)
     calls = []
     import retrieval_zoo.methods.roc as roc_module
 
@@ -40,15 +42,15 @@ def test_masking_happens_in_training_only(tiny, monkeypatch) -> None:
     model.losses(batch())
     assert calls == [1]
     model.eval()
-    retriever = model.build_retriever(tiny)
+    retriever = Concatenated().build(model, tiny, tiny_bm25)
     queries = dict(list(tiny.judged_queries("dev").items())[:5])
     retriever.search(queries, 10)
     assert calls == [1]  # indexing and search never mask
 
 
-def test_retriever_scores_eq_11_and_sides(tiny) -> None:
-    model = RoC(TinyRandomBackbone(hidden_size=32), lambda_sem=0.5).eval()
-    retriever = model.build_retriever(tiny)
+def test_retriever_scores_eq_11_and_sides(tiny, tiny_bm25) -> None:
+    model = RoC(tiny_encoder(pooling="cls")).eval()
+    retriever = Concatenated(weight=0.5).build(model, tiny, tiny_bm25)
     queries = dict(list(tiny.judged_queries("dev").items())[:20])
     lexical, semantic = retriever.side("lexical", queries, 400), retriever.side("semantic", queries, 400)
     fused = retriever.search(queries, 10)
@@ -65,8 +67,9 @@ def test_retriever_scores_eq_11_and_sides(tiny) -> None:
 def test_exact_fusion_is_bm25_plus_lambda_cls_over_the_union(tiny, tiny_bm25) -> None:
     from retrieval_zoo.index.hybrid import HybridRetriever
 
-    model = RoC(TinyRandomBackbone(hidden_size=32), fusion_lexical="exact", retrieval_depth=30, lambda_sem=2.0).eval()
-    retriever = model.build_retriever(tiny)
+    model = RoC(tiny_encoder(pooling="cls")).eval()
+    index = Union(depth=30, weight=2.0)
+    retriever = index.build(model, tiny, tiny_bm25)
     assert isinstance(retriever, HybridRetriever)
     queries = dict(list(tiny.judged_queries("dev").items())[:10])
     lexical, semantic = retriever.side("lexical", queries, 30), retriever.side("semantic", queries, 30)
@@ -76,19 +79,20 @@ def test_exact_fusion_is_bm25_plus_lambda_cls_over_the_union(tiny, tiny_bm25) ->
             lex = lexical[qid].get(docid, min(lexical[qid].values()))
             sem = semantic[qid].get(docid, min(semantic[qid].values()))
             assert score == pytest.approx(lex + 2.0 * sem)
-    chosen = model.tune(retriever, queries, {q: tiny.qrels["dev"][q] for q in queries})
-    assert chosen["value"] == model.lambda_sem == retriever.weight
-    with pytest.raises(ValueError, match="fusion_lexical"):
-        RoC(TinyRandomBackbone(hidden_size=32), fusion_lexical="bm25")
+    chosen = index.tune(retriever, queries, {q: tiny.qrels["dev"][q] for q in queries})
+    assert chosen["value"] == retriever.weight and chosen["parameter"] == "semantic_weight"
+    with pytest.raises(ValueError, match="weighted must be one of"):
+        Union(weighted="bm25")
 
 
-def test_tuning_picks_lambda_on_the_grid(tiny) -> None:
-    model = RoC(TinyRandomBackbone(hidden_size=32), lambda_grid=(0.0, 1.0)).eval()
-    retriever = model.build_retriever(tiny)
+def test_tuning_picks_lambda_on_the_grid(tiny, tiny_bm25) -> None:
+    model = RoC(tiny_encoder(pooling="cls")).eval()
+    index = Concatenated(weight_grid=(0.0, 1.0))
+    retriever = index.build(model, tiny, tiny_bm25)
     queries = dict(list(tiny.judged_queries("dev").items())[:10])
-    chosen = model.tune(retriever, queries, {q: tiny.qrels["dev"][q] for q in queries})
-    assert chosen["parameter"] == "lambda_sem" and set(chosen["curve"]) == {0.0, 1.0}
-    assert chosen["value"] == model.lambda_sem == retriever.weight
+    chosen = index.tune(retriever, queries, {q: tiny.qrels["dev"][q] for q in queries})
+    assert chosen["parameter"] == "semantic_weight" and set(chosen["curve"]) == {0.0, 1.0}
+    assert chosen["measure"] == "MAP@1000" and chosen["value"] == retriever.weight
     assert torch.is_tensor(model.lexical([{}]))
 
 
@@ -102,11 +106,11 @@ def test_roc_trains_and_evaluates_with_its_complementarity(tiny_dir, tmp_path) -
     run_app(
         "train.py", "method=roc", *tiny_dataset(tiny_dir), "backbone=tiny_random", "trainer=cpu",
         "trainer.max_epochs=1", "data.batch_size=8", "data.val_queries=10", "eval.k=100", "eval.tune_queries=10",
-        "method.lambda_grid=[0.0,1.0,2.0]", "logger=csv", f"hydra.run.dir={out}",
+        "index.weight_grid=[0.0,1.0,2.0]", "logger=csv", f"hydra.run.dir={out}",
     )  # fmt: skip
     results = json.loads((out / "results.json").read_text())
     assert set(results["metrics"]) == {"BM25", "roc", "roc (lexical)", "roc (semantic)"}
-    assert results["tuning"]["parameter"] == "lambda_sem" and results["tuning"]["measure"] == "MAP@1000"
+    assert results["tuning"]["parameter"] == "semantic_weight" and results["tuning"]["measure"] == "MAP@1000"
     assert results["complementarity"]["U"] == 30 and (out / "roc.dev.png").exists()
     logged = (out / "csv" / "metrics.csv").read_text().splitlines()[0].split(",")
     assert {"train/loss/nll", "train/loss/ortho", "train/orthogonality"} <= set(logged)

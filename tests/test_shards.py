@@ -7,11 +7,13 @@ import lightning as L
 import pytest
 import torch
 
-from retrieval_zoo.backbones import TinyRandomBackbone
-from retrieval_zoo.index.predict import encode_corpus
+from retrieval_zoo.corpus_encoding import encode_corpus
+from retrieval_zoo.index.dense import Faiss
 from retrieval_zoo.index.shards import CorpusShards, merge_topk
+from retrieval_zoo.index.terms import Gip
 from retrieval_zoo.methods.delade import DeLADE
 from retrieval_zoo.methods.dense import DenseBiEncoder
+from tests.conftest import tiny_encoder
 
 DOCIDS = ["a", "b", "c", "d", "e"]
 CPU_TRAINER = partial(L.Trainer, accelerator="cpu", devices=1, enable_progress_bar=False)
@@ -64,9 +66,10 @@ def test_merge_topk_by_hand() -> None:
     assert merge_topk([{"q": {}}], 5) == {"q": {}}
 
 
-def test_encoding_by_lightning_predict_is_cached_and_resumes_from_complete_shards(tiny, tmp_path) -> None:
-    model = DenseBiEncoder(TinyRandomBackbone(hidden_size=32), encode_batch_size=64).eval()
-    shards, rank_zero = encode_corpus(model, tiny, CPU_TRAINER, shard_size=150, cache_dir=tmp_path)
+def test_encoding_by_lightning_predict_is_cached_and_resumes_from_complete_shards(tiny, tiny_bm25, tmp_path) -> None:
+    model = DenseBiEncoder(tiny_encoder(batch_size=64)).eval()
+    encode = lambda: encode_corpus(model, Faiss(), tiny, tiny_bm25, CPU_TRAINER, shard_size=150, cache_dir=tmp_path)  # noqa: E731
+    shards, rank_zero = encode()
     assert rank_zero and len(shards) == 3 and shards.missing() == []
     with torch.inference_mode():
         direct = model.encode_doc([tiny.corpus[d] for d in shards.shard_docids(2)])
@@ -74,20 +77,22 @@ def test_encoding_by_lightning_predict_is_cached_and_resumes_from_complete_shard
     # A kill after shard 0 and 2 were written: the rerun encodes shard 1 alone, and leaves the others untouched.
     stamps = {s: os.stat(shards.path(s)).st_mtime_ns for s in (0, 2)}
     shards.path(1).unlink()
-    again, _ = encode_corpus(model, tiny, CPU_TRAINER, shard_size=150, cache_dir=tmp_path)
+    again, _ = encode()
     assert again.folder == shards.folder and again.missing() == []
     assert {s: os.stat(shards.path(s)).st_mtime_ns for s in (0, 2)} == stamps
     with torch.no_grad():
-        model.encoder.embeddings.word_embeddings.weight.add_(0.1)
-    changed, _ = encode_corpus(model, tiny, CPU_TRAINER, shard_size=150, cache_dir=tmp_path)
+        model.encoder.model.embeddings.word_embeddings.weight.add_(0.1)
+    changed, _ = encode()
     assert changed.folder != shards.folder  # new weights: a new cache entry
 
 
-def test_dlrs_from_predicted_shards_equal_the_on_demand_ones(tiny, tmp_path) -> None:
-    model = DeLADE(TinyRandomBackbone(hidden_size=32), cls_dim=8, slices=128, doc_max_length=16).eval()
-    shards, _ = encode_corpus(model, tiny, CPU_TRAINER, shard_size=400, cache_dir=tmp_path)
+def test_dlrs_from_predicted_shards_equal_the_on_demand_ones(tiny, tiny_bm25, tmp_path) -> None:
+    model = DeLADE(tiny_encoder(mlm_head=True, doc_max_length=16), cls_dim=8).eval()
+    gip = Gip(slices=128)
+    shards, _ = encode_corpus(model, gip, tiny, tiny_bm25, CPU_TRAINER, shard_size=400, cache_dir=tmp_path)
     with torch.inference_mode():
-        on_demand, from_files = model.build_retriever(tiny).index, model.build_retriever(tiny, shards).index
+        on_demand = gip.build(model, tiny, tiny_bm25).index
+        from_files = gip.build(model, tiny, tiny_bm25, shards).index
     # float32 storage: the same values, and the same winning ids in every slice
     assert torch.equal(from_files.values, on_demand.values) and torch.equal(from_files.indices, on_demand.indices)
     assert from_files.docids == on_demand.docids

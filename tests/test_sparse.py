@@ -1,12 +1,13 @@
 import pytest
 import torch
 
-from retrieval_zoo.backbones import TinyRandomBackbone
 from retrieval_zoo.index.shards import CorpusShards
 from retrieval_zoo.index.sparse import SparseRetriever
+from retrieval_zoo.index.terms import BERT_DISCARD, Sparse
 from retrieval_zoo.methods.delade import DeLADE
 from retrieval_zoo.methods.dense import DenseBiEncoder
 from retrieval_zoo.methods.dhr_fusion import DhrFusion
+from tests.conftest import tiny_encoder
 
 LEXICAL = {  # text → (|V| = 5 lexical vector, 2-d [CLS] vector)
     "q1": ([9.0, 1.0, 0.0, 2.0, 0.0], [1.0, 0.0]),
@@ -45,7 +46,7 @@ def test_sparse_search_by_hand() -> None:
 
 
 def test_bm25_sparse_vectors_score_exactly_bm25(tiny, tiny_bm25) -> None:
-    retriever = DhrFusion(lexical="bm25", slices=0).eval().build_retriever(tiny)
+    retriever = Sparse().build(DhrFusion(lexical="bm25").eval(), tiny, tiny_bm25)
     assert isinstance(retriever, SparseRetriever)
     queries = dict(list(tiny.judged_queries("dev").items())[:5])
     run, lucene = retriever.search(queries, 10), tiny_bm25.search(queries, 10)
@@ -55,12 +56,12 @@ def test_bm25_sparse_vectors_score_exactly_bm25(tiny, tiny_bm25) -> None:
         assert run[qid][top] == pytest.approx(max(lucene[qid].values()), rel=1e-3)
 
 
-def test_slices_zero_gives_the_exact_fused_training_score(tiny) -> None:
-    model = DeLADE(TinyRandomBackbone(hidden_size=32), cls_dim=8, lambda_cls=2.0, slices=0, discard=0,
-                   doc_max_length=16).eval()  # fmt: skip
-    retriever = model.build_retriever(tiny)
-    # DeLADE's softmax vectors are dense: stored as a dense float32 matrix, smaller than CSR at this density
-    assert retriever.docs.layout == torch.strided and retriever.lexical_nonzero == model.vocab_size
+def test_the_sparse_index_gives_the_exact_fused_training_score(tiny, tiny_bm25) -> None:
+    model = DeLADE(tiny_encoder(mlm_head=True, doc_max_length=16), cls_dim=8, lambda_cls=2.0).eval()
+    retriever = Sparse().build(model, tiny, tiny_bm25)
+    # DeLADE's softmax vectors are dense: stored as a dense float32 matrix, smaller than CSR at this density; BERT's
+    # unused leading ids are zeroed, as the DLRs drop them
+    assert retriever.docs.layout == torch.strided and retriever.lexical_nonzero == model.vocab_size - BERT_DISCARD
     assert retriever.nbytes == len(tiny.corpus) * (model.vocab_size + 8) * 4
     queries = dict(list(tiny.judged_queries("dev").items())[:2])
     run = retriever.search(queries, 3)
@@ -69,12 +70,13 @@ def test_slices_zero_gives_the_exact_fused_training_score(tiny) -> None:
         for row, qid in enumerate(queries):
             docids = list(run[qid])
             d = model.encode_doc([tiny.corpus[x] for x in docids])
+            d[:, :BERT_DISCARD] = 0  # the score of Eq. 13 over the ids the index keeps
             assert list(run[qid].values()) == pytest.approx((d @ q[row]).tolist(), rel=1e-4)
 
 
-def test_dense_part_joins_the_exact_sparse_bm25(tiny) -> None:
-    dense = DenseBiEncoder(TinyRandomBackbone(hidden_size=32), pooling="mean", doc_max_length=32)
-    retriever = DhrFusion(lexical="bm25", dense=dense, lambda_dense=4.0, slices=0).eval().build_retriever(tiny)
+def test_dense_part_joins_the_exact_sparse_bm25(tiny, tiny_bm25) -> None:
+    dense = DenseBiEncoder(tiny_encoder(doc_max_length=32))
+    retriever = Sparse(weight=4.0).build(DhrFusion(lexical="bm25", dense=dense).eval(), tiny, tiny_bm25)
     queries = dict(list(tiny.judged_queries("dev").items())[:3])
     fused, lexical, semantic = (retriever.search(queries, 400, part=p) for p in (None, "lexical", "semantic"))
     for qid, docs in fused.items():

@@ -41,8 +41,8 @@ def test_seeds_of_one_configuration_form_one_row(tmp_path, capsys) -> None:
 
 def test_an_evaluate_job_takes_the_overrides_of_the_run_it_evaluated(tmp_path) -> None:
     trained = job(tmp_path / "train", ["method=roc", "experiment=roc_none", "seed=14"], 0.6)
-    evaluated = job(tmp_path / "eval", [f"run_dir={trained}", "method=roc", "method.fusion_lexical=exact"], 0.7)
-    assert group_key(evaluated) == "experiment=roc_none method.fusion_lexical=exact method=roc"
+    evaluated = job(tmp_path / "eval", [f"run_dir={trained}", "index=union"], 0.7)
+    assert group_key(evaluated) == "experiment=roc_none index=union method=roc"
     with pytest.raises(FileNotFoundError, match="overrides.yaml"):
         group_key(tmp_path)
 

@@ -1,4 +1,9 @@
-"""Indexes and search: faiss inner product and fusion of runs."""
+"""Indexes, the zoo's second axis: one family per ``conf/index`` file.
+
+Each builds a retriever from a representation a method produces (faiss, union and concatenated fusion, DLR/DHR by
+gated inner product, exact sparse, CSurF's inverted lists, Lucene BM25), over a corpus encoded in shards, and tunes
+its fusion weight.
+"""
 
 import logging
 

@@ -8,11 +8,18 @@ the other part alone. No candidate union, no missing scores.
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any, ClassVar
 
 import numpy as np
 
+from retrieval_zoo.batching import encode_all
+from retrieval_zoo.cache import atomic_path, fingerprint
+from retrieval_zoo.data.collections import Collection
 from retrieval_zoo.data.formats import Run
-from retrieval_zoo.index.dense import FaissIndex
+from retrieval_zoo.index.base import Index
+from retrieval_zoo.index.dense import Faiss, FaissIndex, vectors_payload
+from retrieval_zoo.index.shards import CorpusShards, Payload
+from retrieval_zoo.lexical.bm25 import BM25
 
 QueryEncoder = Callable[[dict[str, str]], tuple[np.ndarray, np.ndarray]]
 
@@ -25,20 +32,22 @@ class ConcatenatedRetriever:
             BM25) and their (n, dim_b) second-part vectors (RoC: [CLS]); one faiss shard each.
         encode_queries: queries → ((Q, dim_a), (Q, dim_b)) vectors, in the order of the dict.
         weight: λ, the second part's weight.
+        index: The (unbuilt) faiss index to fill.
         parts: Names of the two parts, for :meth:`side`.
-        factory: faiss factory string.
     """
+
+    weight_name = "semantic_weight"
 
     def __init__(
         self,
         doc_parts: list[tuple[list[str], np.ndarray, np.ndarray]],
         encode_queries: QueryEncoder,
         weight: float,
+        index: FaissIndex,
         parts: tuple[str, str] = ("lexical", "semantic"),
-        factory: str = "Flat",
     ) -> None:
         shards = [(docids, np.concatenate([a, b], axis=1)) for docids, a, b in doc_parts]
-        self.index = FaissIndex(factory).build_sharded(shards)
+        self.index = index.build_sharded(shards)
         self.encode_queries, self.weight, self.parts = encode_queries, weight, parts
         self._last: tuple[dict[str, str], np.ndarray, np.ndarray] | None = None
 
@@ -61,3 +70,65 @@ class ConcatenatedRetriever:
         a, b = self._queries(queries)
         vectors = np.concatenate([a, np.zeros_like(b)] if name == self.parts[0] else [np.zeros_like(a), b], axis=1)
         return self.index.search(vectors, list(queries), k)
+
+
+def doc_lexical_matrix(projection: Any, bm25: BM25, docids: list[str]) -> np.ndarray:
+    """d_lex = A·d_bm25 of every document (RoC Eq. 3), cached by corpus, BM25 parameters and projection."""
+    key = fingerprint(bm25.collection.corpus_fingerprint, bm25.k1, bm25.b, projection.dim, projection.seed)
+    path = bm25.cache / "roc" / f"doc-lex-{key}.npy"
+    if path.exists():
+        return np.load(path)
+    matrix = np.concatenate([
+        projection.project(bm25.document_term_weights(docids[i : i + 4096], saturation_only=True)).numpy()
+        for i in range(0, len(docids), 4096)
+    ])  # fmt: skip
+    with atomic_path(path) as tmp, open(tmp, "wb") as f:
+        np.save(f, matrix)
+    return matrix
+
+
+class Concatenated(Index):
+    """RoC's one index over [d_lex ; d_sem], searched with [q_lex ; λ·q_sem] (RoC Eq. 11; ``conf/index/concatenated``).
+
+    The lexical part is the pipeline's BM25 random-projected by the method's ``projection`` (Eq. 3–4); the semantic
+    part is the method's vectors. The sum is exact over the whole corpus: no candidate union.
+
+    Args:
+        weight: λ until tuning replaces it.
+        weight_grid: λ values tried when evaluation tunes (RoC §4.1: [0, 2] by 0.1).
+        tune_measure: What tuning maximises (RoC: MAP).
+        factory: faiss factory string.
+    """
+
+    accepts: ClassVar[tuple[str, ...]] = ("lexical_semantic",)
+
+    def __init__(
+        self,
+        weight: float = 1.0,
+        weight_grid: tuple[float, ...] = tuple(round(0.1 * i, 1) for i in range(21)),
+        tune_measure: str = "MAP@1000",
+        factory: str = "Flat",
+    ) -> None:
+        super().__init__(weight_grid, tune_measure)
+        self.weight, self.faiss = weight, Faiss(factory)
+
+    def corpus_payload(self, method: Any, texts: list[str]) -> Payload:
+        """The documents' semantic vectors (the lexical part comes from BM25 at build time)."""
+        return vectors_payload(method, texts)
+
+    def build(
+        self, method: Any, collection: Collection, bm25: BM25, shards: CorpusShards | None = None
+    ) -> ConcatenatedRetriever:
+        """[d_lex ; d_sem] of every document in faiss; queries [q_lex ; λ·q_sem]."""
+        shards = self.corpus_shards(method, collection, bm25, shards)
+        projection = method.projection
+        lexical = doc_lexical_matrix(projection, bm25, shards.docids)
+        doc_parts = [(shards.shard_docids(s), lexical[start:stop], shards.read(s)["vectors"].numpy())
+                     for s, (start, stop) in enumerate(shards.ranges)]  # fmt: skip
+
+        def encode_queries(queries: dict[str, str]) -> tuple[np.ndarray, np.ndarray]:
+            texts = list(queries.values())
+            q_lex = projection.project(bm25.query_idf(texts)).numpy()
+            return q_lex, encode_all(method.encode_query, texts, method.encode_batch_size, desc="queries")
+
+        return ConcatenatedRetriever(doc_parts, encode_queries, self.weight, self.faiss.faiss_index())

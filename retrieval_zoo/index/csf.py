@@ -16,14 +16,18 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from typing import Any, ClassVar
 
 import torch
 from tqdm import tqdm
 
+from retrieval_zoo.batching import length_sorted_batches
+from retrieval_zoo.data.collections import Collection
 from retrieval_zoo.data.formats import Run
+from retrieval_zoo.index.base import Index
 from retrieval_zoo.index.shards import CorpusShards, Payload, merge_topk
+from retrieval_zoo.lexical.bm25 import BM25
 from retrieval_zoo.lexical.csf import CsfBags, Postings, max_sum_scores
-from retrieval_zoo.methods.encoding import length_sorted_batches
 
 BagEncoder = Callable[[list[str]], CsfBags]
 PAYLOAD_FIELDS = ("text", "surface", "source", "weight", "vector", "original")
@@ -167,6 +171,39 @@ class CsfRetriever:
             "index_seconds": self.index_seconds,
             "ms_per_query": 1000 * self._search_seconds / self._queries,
         }
+
+
+class InvertedLists(Index):
+    """CSurF's inverted lists of CSFs (csurf.md §4; ``conf/index/csf.yaml``), scored exactly as CSurF trains.
+
+    Args:
+        prune_threshold: Postings with a lower weight are not indexed (1e-8 in the paper).
+        prune_fraction: α, the lowest-weight share of postings removed after indexing (Figure 2).
+        query_batch_size: Queries scored at a time.
+    """
+
+    accepts: ClassVar[tuple[str, ...]] = ("csf_bags",)
+
+    def __init__(self, prune_threshold: float = 1e-8, prune_fraction: float = 0.0, query_batch_size: int = 8) -> None:
+        super().__init__()
+        prune_lowest(torch.zeros(0), prune_fraction)  # fail at construction on a bad α
+        self.prune_threshold, self.prune_fraction, self.query_batch_size = (
+            prune_threshold,
+            prune_fraction,
+            query_batch_size,
+        )
+
+    def corpus_payload(self, method: Any, texts: list[str]) -> Payload:
+        """The documents' bags of CSFs."""
+        return encode_bags_payload(method.encode_doc, texts, method.encode_batch_size)
+
+    def build(
+        self, method: Any, collection: Collection, bm25: BM25, shards: CorpusShards | None = None
+    ) -> CsfRetriever:
+        """Inverted lists of the corpus's CSFs, one set per shard."""
+        shards = self.corpus_shards(method, collection, bm25, shards)
+        return CsfRetriever(method.encode_query, shards, method.vocab_size, self.prune_threshold, self.prune_fraction,
+                            self.query_batch_size)  # fmt: skip
 
 
 def _to_cpu(bags: CsfBags, doc_index: torch.Tensor | None = None) -> CsfBags:

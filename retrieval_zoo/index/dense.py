@@ -7,12 +7,19 @@ devices. Indexes that need training (IVF, PQ) are trained once, on the first sha
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any, ClassVar
+
 import faiss
 import numpy as np
+import torch
 
+from retrieval_zoo.batching import encode_all, encode_payload
+from retrieval_zoo.data.collections import Collection
 from retrieval_zoo.data.formats import Run
-from retrieval_zoo.index.shards import CorpusShards
-from retrieval_zoo.methods.encoding import encode_all
+from retrieval_zoo.index.base import Index
+from retrieval_zoo.index.shards import CorpusShards, Payload
+from retrieval_zoo.lexical.bm25 import BM25
 
 VectorShard = tuple[list[str], np.ndarray]
 
@@ -101,23 +108,65 @@ class FaissIndex:
 
 
 class DenseRetriever:
-    """A corpus's encoded ``vectors`` shards in a :class:`FaissIndex`; searches with the method's ``encode_query``.
+    """A corpus's encoded ``vectors`` shards in a :class:`FaissIndex`; searches with ``encode_query``.
 
     Args:
-        method: Anything with ``encode_query`` mapping texts to (n, dim) tensors.
-        shards: The corpus encoded by the method's ``encode_doc``, as ``vectors`` (n, dim) per shard.
-        factory: faiss factory string.
+        encode_query: Query texts → (n, dim) tensors.
+        shards: The corpus's ``vectors`` (n, dim) per shard.
+        index: The (unbuilt) faiss index to fill.
         batch_size: Texts per forward pass.
     """
 
-    def __init__(self, method: object, shards: CorpusShards, factory: str = "Flat", batch_size: int = 128) -> None:
-        self.method, self.batch_size = method, batch_size
-        self.index = FaissIndex(factory).build_sharded([(ids, part["vectors"].numpy()) for ids, part in shards])
+    def __init__(
+        self, encode_query: Callable[[list[str]], torch.Tensor], shards: CorpusShards, index: FaissIndex,
+        batch_size: int = 128,
+    ) -> None:  # fmt: skip
+        self.encode_query, self.batch_size = encode_query, batch_size
+        self.index = index.build_sharded([(ids, part["vectors"].numpy()) for ids, part in shards])
 
     def encode_queries(self, queries: dict[str, str]) -> np.ndarray:
         """Query vectors, in the order of ``queries``."""
-        return encode_all(self.method.encode_query, list(queries.values()), self.batch_size, desc="queries")
+        return encode_all(self.encode_query, list(queries.values()), self.batch_size, desc="queries")
 
     def search(self, queries: dict[str, str], k: int) -> Run:
         """Top ``k`` documents per query by inner product."""
         return self.index.search(self.encode_queries(queries), list(queries), k)
+
+
+def vectors_payload(method: Any, texts: list[str]) -> Payload:
+    """``vectors``: (n, dim) float32 document vectors of ``texts`` by the method's ``encode_doc``."""
+    return encode_payload(lambda batch: {"vectors": method.encode_doc(batch)}, texts, method.encode_batch_size, "docs")
+
+
+class Faiss(Index):
+    """A method's vectors in faiss, searched by inner product (``conf/index/faiss.yaml``).
+
+    Args:
+        factory: faiss factory string (``Flat``, ``HNSW32``, ``IVF1024,Flat``, ...).
+        nprobe: Lists probed per query by IVF indexes.
+        use_gpu: ``auto`` (the GPUs faiss sees), true (required) or false.
+        train_size: Vectors an index that needs training (IVF, PQ) is trained on.
+    """
+
+    accepts: ClassVar[tuple[str, ...]] = ("vectors",)
+
+    def __init__(
+        self, factory: str = "Flat", nprobe: int = 32, use_gpu: bool | str = "auto", train_size: int = 262_144
+    ) -> None:
+        super().__init__()
+        self.factory, self.nprobe, self.use_gpu, self.train_size = factory, nprobe, use_gpu, train_size
+
+    def faiss_index(self) -> FaissIndex:
+        """An empty :class:`FaissIndex` with these settings."""
+        return FaissIndex(self.factory, self.use_gpu, self.nprobe, self.train_size)
+
+    def corpus_payload(self, method: Any, texts: list[str]) -> Payload:
+        """The documents' vectors."""
+        return vectors_payload(method, texts)
+
+    def build(
+        self, method: Any, collection: Collection, bm25: BM25, shards: CorpusShards | None = None
+    ) -> DenseRetriever:
+        """The corpus's vectors in a (sharded) faiss inner-product index."""
+        shards = self.corpus_shards(method, collection, bm25, shards)
+        return DenseRetriever(method.encode_query, shards, self.faiss_index(), method.encode_batch_size)

@@ -15,11 +15,11 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
+from retrieval_zoo.batching import length_sorted_batches
 from retrieval_zoo.data.formats import Run
 from retrieval_zoo.index.dlr import Slicing, densify, explain, hybrid
 from retrieval_zoo.index.gip import GipIndex
 from retrieval_zoo.index.shards import CorpusShards, Payload, merge_topk
-from retrieval_zoo.methods.encoding import length_sorted_batches
 
 PartEncoder = Callable[[list[str]], tuple[torch.Tensor, torch.Tensor | None]]
 
@@ -134,6 +134,7 @@ class DhrRetriever(PartSearch):
         for docids, payload in tqdm(shards, desc="densify corpus shards", unit="shard", leave=False):
             values, indices, self.cls_dims = represent_shard(payload, slicing, lam, batch_size)
             self.indexes.append(GipIndex(values, indices, docids, device=device, open_dims=self.cls_dims))
+        self.weight_name = "semantic_weight" if self.cls_dims else None  # tuning sets the [CLS] part's weight
 
     @property
     def index(self) -> GipIndex:

@@ -2,16 +2,23 @@
 
 from __future__ import annotations
 
+from typing import Any, ClassVar
+
+from retrieval_zoo.data.collections import Collection
 from retrieval_zoo.data.formats import Run, top_k
-from retrieval_zoo.index.dense import DenseRetriever
+from retrieval_zoo.index.base import Index
+from retrieval_zoo.index.dense import DenseRetriever, Faiss
 from retrieval_zoo.index.fusion import interpolate
+from retrieval_zoo.index.shards import CorpusShards, Payload
 from retrieval_zoo.lexical.bm25 import BM25
+
+PARTS = ("lexical", "semantic")
 
 
 class HybridRetriever:
     """BM25 top ``depth`` ∪ dense top ``depth``, ranked by a weighted sum in which one part carries ``weight``.
 
-    CLEAR weights BM25 (λ_test·BM25 + s_emb, CLEAR Eq. 8); RoC's naive-sum baseline weights the dense part
+    CLEAR weights BM25 (λ_test·BM25 + s_emb, CLEAR Eq. 8); RoC's naive-sum baseline weights the semantic part
     (BM25 + λ·[CLS], RoC Eq. 11). A document retrieved by one side only takes the other side's lowest score among
     that query's retrieved documents (a document outside a top-k list scores at most its k-th score), so nothing is
     re-scored through Java. Same interface as :class:`~retrieval_zoo.index.concatenated.ConcatenatedRetriever`.
@@ -32,12 +39,12 @@ class HybridRetriever:
         weight: float,
         weighted: str = "lexical",
         depth: int = 1000,
-        parts: tuple[str, str] = ("lexical", "dense"),
+        parts: tuple[str, str] = PARTS,
     ) -> None:
         if weighted not in parts:
             raise ValueError(f"weighted must be one of the parts {parts}, not {weighted!r}")
         self.bm25, self.dense, self.weight, self.weighted = bm25, dense, weight, weighted
-        self.depth, self.parts = depth, parts
+        self.depth, self.parts, self.weight_name = depth, parts, f"{weighted}_weight"
         self._last: tuple[dict[str, str], Run, Run] | None = None
 
     def runs(self, queries: dict[str, str]) -> tuple[Run, Run]:
@@ -65,3 +72,45 @@ class HybridRetriever:
         value = self.weight if weight is None else weight
         weight_lexical, weight_dense = (value, 1.0) if self.weighted == self.parts[0] else (1.0, value)
         return top_k(interpolate(lexical, dense, weight_a=weight_lexical, weight_b=weight_dense), k)
+
+
+class Union(Index):
+    """Lucene BM25's top ``depth`` ∪ the method's faiss top ``depth``, ranked by a weighted sum (``conf/index/union``).
+
+    Args:
+        weighted: The part the weight multiplies: ``semantic`` (BM25 + λ·dense, RoC's naive sum) or ``lexical``
+            (λ·BM25 + dense, CLEAR Eq. 8).
+        weight: λ until tuning replaces it.
+        weight_grid: λ values tried when evaluation tunes (``eval.tune_queries`` > 0).
+        tune_measure: What tuning maximises.
+        depth: Candidates taken from each side.
+        factory: faiss factory string of the dense side.
+    """
+
+    accepts: ClassVar[tuple[str, ...]] = ("vectors",)
+
+    def __init__(
+        self,
+        weighted: str = "semantic",
+        weight: float = 1.0,
+        weight_grid: tuple[float, ...] = tuple(round(0.1 * i, 1) for i in range(21)),
+        tune_measure: str = "MAP@1000",
+        depth: int = 1000,
+        factory: str = "Flat",
+    ) -> None:
+        super().__init__(weight_grid, tune_measure)
+        if weighted not in PARTS:
+            raise ValueError(f"weighted must be one of {PARTS}, not {weighted!r}")
+        self.weighted, self.weight, self.depth = weighted, weight, depth
+        self.dense = Faiss(factory)
+
+    def corpus_payload(self, method: Any, texts: list[str]) -> Payload:
+        """The documents' vectors (the dense side)."""
+        return self.dense.corpus_payload(method, texts)
+
+    def build(
+        self, method: Any, collection: Collection, bm25: BM25, shards: CorpusShards | None = None
+    ) -> HybridRetriever:
+        """The pipeline's BM25 beside the method's vectors in faiss."""
+        dense = self.dense.build(method, collection, bm25, shards)
+        return HybridRetriever(bm25, dense, self.weight, self.weighted, self.depth)

@@ -3,24 +3,21 @@
 delade-dhr.md compares each DLR/DHR with the sparse retrieval it replaces (Tables 4, 7, 9). Here the corpus's
 |V|-dimensional lexical vectors are kept as one matrix (sparse CSR, or dense where that is smaller) and scored
 exactly, <q_BoW, d_BoW>, beside an optional [CLS] part added as λ·<q_cls, d_cls>: the exact fused score the model
-trains on (Eq. 13). The same
-``search(part=) / side / nbytes`` interface as :class:`retrieval_zoo.index.dhr.DhrRetriever`; methods take it with
-``slices=0`` (:func:`lexical_retriever`).
+trains on (Eq. 13). The same ``search(part=) / side / nbytes`` interface as
+:class:`retrieval_zoo.index.dhr.DhrRetriever`; ``index=sparse`` selects it (:class:`retrieval_zoo.index.terms.Sparse`).
 """
 
 from __future__ import annotations
 
 import warnings
-from collections.abc import Callable
 
 import torch
 
+from retrieval_zoo.batching import encode_payload
 from retrieval_zoo.data.formats import Run
-from retrieval_zoo.index.dhr import DhrRetriever, PartEncoder, PartSearch
-from retrieval_zoo.index.dlr import Slicing
+from retrieval_zoo.index.dhr import PartEncoder, PartSearch
 from retrieval_zoo.index.gip import default_device
 from retrieval_zoo.index.shards import CorpusShards
-from retrieval_zoo.methods.encoding import encode_payload
 
 # torch warns that sparse CSR support is in beta; building a CSR matrix and multiplying it by a dense one is all
 # that is used here, and both are covered by tests.
@@ -89,6 +86,7 @@ class SparseRetriever(PartSearch):
         docs, cls = lexical_matrix(shards, discard, batch_size)
         self.docids = shards.docids
         self.docs, self.cls = docs.to(self.device), cls.to(self.device) if cls is not None else None
+        self.weight_name = "semantic_weight" if cls is not None else None  # tuning sets the [CLS] part's weight
 
     @property
     def nbytes(self) -> int:
@@ -128,33 +126,3 @@ class SparseRetriever(PartSearch):
             for qid, row_scores, row_ids in zip(qids[start:], top_scores.tolist(), rows.tolist(), strict=False):
                 run[qid] = {self.docids[r]: s for r, s in zip(row_ids, row_scores, strict=True)}
         return run
-
-
-ON_DEMAND_SHARD = 1024  # documents whose |V|-wide vectors exist at once when a corpus is densified on demand
-
-
-def lexical_retriever(
-    encode_query: PartEncoder,
-    shards: CorpusShards,
-    vocab_size: int,
-    slices: int,
-    slicing: str,
-    discard: int,
-    lam: float,
-    first_stage: str | None,
-    theta: float,
-    candidates: int,
-    batch_size: int,
-    terms: Callable[[list[int]], list[str]] | None = None,
-) -> DhrRetriever | SparseRetriever:
-    """A DLR/DHR index of M = ``slices`` dimensions searched by GIP, or with ``slices=0`` the exact sparse vectors.
-
-    The sparse vectors are the reference the densification approximates. Arguments as in :class:`DhrRetriever`;
-    ``shards`` hold the corpus's ``lexical`` (and ``cls``) vectors.
-    """
-    if slices == 0:
-        return SparseRetriever(encode_query, shards, lam, discard, batch_size)
-    return DhrRetriever(
-        encode_query, shards, Slicing(vocab_size, slices, discard, slicing), lam, first_stage, theta,
-        candidates, batch_size, terms=terms,
-    )  # fmt: skip

@@ -1,1 +1,4 @@
-"""Retrieval methods: one thin file each, on the shared base in :mod:`retrieval_zoo.methods.base`."""
+"""Retrieval methods: each an encoder (:mod:`retrieval_zoo.encoder`) plus its paper's losses.
+
+One thin file each, on the shared LightningModule in :mod:`retrieval_zoo.methods.base`.
+"""

@@ -1,35 +1,26 @@
 """The shared LightningModule under every method.
 
-A method subclasses :class:`RetrievalMethod` and supplies ``encode_query``, ``encode_doc``, ``score``, the named
-``losses`` it sums, and ``build_retriever`` (which index it searches with). The base sums and logs the losses,
-builds AdamW with a linear warm-up, and validates by first-stage retrieval on a dev subset (MRR@10, R@k), so
-checkpoints are selected on retrieval quality.
+A method subclasses :class:`RetrievalMethod`, receives its :class:`retrieval_zoo.encoder.Encoder` from the config,
+and supplies ``encode_query``, ``encode_doc``, ``score``, the named ``losses`` it sums, and the representations it
+produces (``representations``; see :mod:`retrieval_zoo.index.base`), which decide the indexes that can search it.
+The base sums and logs the losses and builds AdamW with a linear warm-up. Validation is first-stage retrieval
+through the run's index on a dev subset (:class:`retrieval_zoo.validation.RetrievalValidation`), so checkpoints are
+selected on retrieval quality.
 """
 
 from __future__ import annotations
 
-from typing import ClassVar, Protocol
+from typing import ClassVar
 
 import lightning as L
 import torch
 
-from retrieval_zoo.data.collections import Collection
-from retrieval_zoo.data.datamodule import TrainBatch
-from retrieval_zoo.data.formats import Qrels, Run
-from retrieval_zoo.evaluation import MEASURES, evaluate
-from retrieval_zoo.index.shards import CorpusShards, Payload
+from retrieval_zoo.encoder import Encoder
 from retrieval_zoo.loggers import log_histogram
 from retrieval_zoo.resume import RNG_KEY, RandomState
+from retrieval_zoo.training.datamodule import TrainBatch
 
 QUANTILES = (0.1, 0.5, 0.9)
-
-
-class Retriever(Protocol):
-    """Anything that retrieves a run for queries over an indexed corpus."""
-
-    def search(self, queries: dict[str, str], k: int) -> Run:
-        """Top ``k`` documents per query."""
-        ...
 
 
 class Optim:
@@ -47,9 +38,9 @@ class Optim:
 
     def __init__(
         self,
-        lr: float = 2e-5,
+        lr: float = 1e-3,
         weight_decay: float = 0.01,
-        warmup_steps: int = 100,
+        warmup_steps: int = 50,
         decay: str = "linear",
         betas: tuple[float, float] = (0.9, 0.999),
         halve_after_epochs: int = 3,
@@ -76,67 +67,42 @@ class RetrievalMethod(L.LightningModule):
     """Base of every method.
 
     Class attributes:
-        needs: Optional batch fields the method reads (see :data:`retrieval_zoo.data.datamodule.FIELDS`).
-        trainable: False for methods without parameters (BM25): the apps skip training.
-        encodes_corpus: True for methods whose index is built from their own encoding of the corpus
-            (:meth:`encode_corpus_shard`), which evaluation runs as sharded Lightning predict.
-        complementarity_parts: For a hybrid, the names of its lexical and semantic :meth:`component_runs`, whose
-            complementarity (RoC's Eq. 1) evaluation reports.
+        needs: Optional batch fields the method reads (see :data:`retrieval_zoo.training.datamodule.FIELDS`).
+        trainable: False for methods without parameters (BM25, off-the-shelf term vectors): the apps skip training,
+            and indexes encode their corpus on demand.
+        representations: What the method produces for an index to search, its own first (``vectors``,
+            ``term_weights``, ``csf_bags``, ``lexical_semantic``, ``bm25``; :mod:`retrieval_zoo.index.base`).
 
     Args:
+        encoder: The text encoder (None for methods without one, e.g. BM25).
         optim: Optimiser settings.
         val_k: Depth of validation retrieval; R@val_k is logged beside MRR@10.
     """
 
     needs: ClassVar[frozenset[str]] = frozenset()
     trainable: ClassVar[bool] = True
-    encodes_corpus: ClassVar[bool] = False
-    complementarity_parts: ClassVar[tuple[str, str] | None] = None
+    representations: ClassVar[tuple[str, ...]] = ()
 
-    def __init__(self, optim: Optim | None = None, val_k: int = 100) -> None:
+    def __init__(self, encoder: Encoder | None = None, optim: Optim | None = None, val_k: int = 100) -> None:
         super().__init__()
+        self.encoder = encoder
         self.optim, self.val_k = optim or Optim(), val_k
-        self._val_run: Run = {}
-        self._val_retriever: Retriever | None = None
         self._random_state = RandomState()
+
+    @property
+    def encode_batch_size(self) -> int:
+        """Texts per forward pass when an index encodes many."""
+        return self.encoder.batch_size
 
     # --- what a method supplies -------------------------------------------------------------------------
     def losses(self, batch: TrainBatch) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]:
         """Named losses to sum, and named diagnostics to log, for one batch."""
         raise NotImplementedError
 
-    def encode_corpus_shard(self, texts: list[str]) -> Payload:
-        """What the index needs of these documents, as named tensors (a shard of the corpus)."""
-        raise NotImplementedError
-
     def encoding_settings(self) -> dict:
-        """What besides the weights changes :meth:`encode_corpus_shard`'s output (hashed into its cache key)."""
-        return {"method": type(self).__name__, "doc_max_length": getattr(self, "doc_max_length", None)}
-
-    def corpus_shards(
-        self, collection: Collection, shards: CorpusShards | None, shard_size: int | None = None
-    ) -> CorpusShards:
-        """``shards`` when evaluation encoded them; else the corpus encoded here on demand (validation), by shard."""
-        if shards is not None:
-            return shards
-        corpus = collection.corpus
-        encode = lambda ids: self.encode_corpus_shard([corpus[d] for d in ids])  # noqa: E731
-        return CorpusShards.on_demand(list(corpus), encode, shard_size or len(corpus))
-
-    def build_retriever(self, collection: Collection, shards: CorpusShards | None = None) -> Retriever:
-        """Index ``collection``'s corpus, from its encoded ``shards`` when given, and return something to search it."""
-        raise NotImplementedError
-
-    def tune(self, retriever: Retriever, queries: dict[str, str], qrels: Qrels) -> dict:
-        """Tune retrieval-time weights on held-out queries (e.g. a fusion weight); returns what it chose."""
-        return {}
-
-    def component_runs(self, retriever: Retriever, queries: dict[str, str], k: int) -> dict[str, Run]:
-        """Runs of the retriever's parts, reported beside the whole.
-
-        For a hybrid, each of its ``complementarity_parts`` searched alone through the retriever's ``side``.
-        """
-        return {part: retriever.side(part, queries, k) for part in self.complementarity_parts or ()}
+        """What besides the weights changes the method's encoding of a corpus (hashed into its cache key)."""
+        doc_max_length = self.encoder.max_length["doc"] if self.encoder is not None else None
+        return {"method": type(self).__name__, "doc_max_length": doc_max_length}
 
     # --- shared training ----------------------------------------------------------------------------------
     def _generators(self) -> dict[str, torch.Generator]:
@@ -194,24 +160,6 @@ class RetrievalMethod(L.LightningModule):
         schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: self.optim.factor(step, total, per_epoch))
         return {"optimizer": optimizer, "lr_scheduler": {"scheduler": schedule, "interval": "step"}}
 
-    # --- shared validation: retrieval on a dev subset --------------------------------------------------
-    def on_validation_epoch_start(self) -> None:
-        """Index the corpus with the current weights (never cached: they change every epoch)."""
-        self._val_run = {}
-        self._val_retriever = self.build_retriever(self.trainer.datamodule.collection)
-
+    # --- validation: retrieval through the run's index (retrieval_zoo.validation.RetrievalValidation) ----------
     def validation_step(self, qids: list[str], batch_idx: int) -> None:
-        """Retrieve for a batch of validation query ids."""
-        datamodule = self.trainer.datamodule
-        queries = datamodule.collection.queries[datamodule.val_split]
-        self._val_run.update(self._val_retriever.search({q: queries[q] for q in qids}, self.val_k))
-
-    def on_validation_epoch_end(self) -> None:
-        """Log MRR@10 and R@val_k of the validation subset."""
-        datamodule = self.trainer.datamodule
-        qrels = datamodule.collection.qrels[datamodule.val_split]
-        measures = {"MRR@10": MEASURES["MRR@10"], f"R@{self.val_k}": f"recall_{self.val_k}"}
-        metrics = evaluate(self._val_run, {q: qrels[q] for q in self._val_run}, measures)
-        for name, value in metrics.items():
-            self.log(f"val/{name}", value, prog_bar=name == "MRR@10")
-        self._val_retriever = None
+        """Nothing here: the validation callback retrieves for the batch's query ids through the run's index."""

@@ -6,36 +6,35 @@ w_t = max_i E_i[t] and is grounded to s_t = argmax_i E_i[t] (§3.2); with the or
 the bag of CSFs C = O ∪ E (or O or E alone, Table 2). A query and a document score Σ_{q_i} max over same-form CSF
 pairs of w_q·w_d·f(v_q, v_d), f = cosine or dot, or weights alone with |v| = 0 (§3.3). Training sums the contrastive
 NLL over BM25 and in-batch negatives (L_ret) and the FLOPS regularisers λ_q·L_reg^q + λ_d·L_reg^d (§3.5), λ warmed
-up quadratically; CSurF_HN adds a KL term to teacher scores over each query's group (L_HN). Retrieval uses inverted
-lists scored exactly as training scores (:mod:`retrieval_zoo.index.csf`).
+up quadratically; CSurF_HN adds a KL term to teacher scores over each query's group (L_HN). The model produces
+``csf_bags``, searched through inverted lists scored exactly as training scores (``index=csf``;
+:mod:`retrieval_zoo.index.csf`).
 """
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 import torch
 import torch.nn.functional as F
 
-from retrieval_zoo.backbones import Backbone
-from retrieval_zoo.data.collections import Collection
-from retrieval_zoo.data.datamodule import TrainBatch
 from retrieval_zoo.distributed import global_mean
-from retrieval_zoo.index.csf import CsfRetriever, encode_bags_payload
-from retrieval_zoo.index.shards import CorpusShards, Payload
+from retrieval_zoo.encoder import Encoder
 from retrieval_zoo.lexical.csf import BAGS, CsfBags, Postings, csf_bags, gather_bags, max_sum_scores
 from retrieval_zoo.lexical.splade import max_pooled_logits, mlm_head_parts
-from retrieval_zoo.losses import flops, kl_distillation, quadratic_warmup
-from retrieval_zoo.methods.base import Optim
-from retrieval_zoo.methods.dense import DenseBiEncoder, own_group
+from retrieval_zoo.losses import contrastive_nll, flops, kl_distillation, own_group, quadratic_warmup
+from retrieval_zoo.methods.base import Optim, RetrievalMethod
 from retrieval_zoo.rows import take_rows
+from retrieval_zoo.training.datamodule import TrainBatch
 
 SIMILARITIES = ("cosine", "dot")
 
 
-class CSurF(DenseBiEncoder):
+class CSurF(RetrievalMethod):
     """CSurF, or CSurF_HN with ``kd_weight`` > 0 and a teacher run.
 
     Args:
-        backbone: A BERT-style backbone with its MLM head (coCondenser in the paper).
+        encoder: A BERT-style encoder with its MLM head (coCondenser in the paper; ``mlm_head: true``).
         optim: Optimiser settings.
         vector_dim: |v|, the width of φ_v (32; 4 and 0, weights only, in Table 2).
         similarity: f of §3.3, ``cosine`` (the paper's default) or ``dot``.
@@ -46,17 +45,14 @@ class CSurF(DenseBiEncoder):
         in_batch_negatives: Score each query against every document of the batch.
         gather_across_devices: Under DDP, in-batch negatives are the global batch's documents (with gradients).
         kd_weight: Weight of KL(teacher ‖ model) over each query's group (L_HN); > 0 needs ``data.teacher_run``.
-        prune_threshold: Postings with a lower weight are not indexed (1e-8).
-        prune_fraction: α, the lowest-weight share of postings removed after indexing (Figure 2).
-        query_max_length: Query truncation, in tokens.
-        doc_max_length: Document truncation, in tokens.
-        encode_batch_size: Texts per forward pass when indexing.
         val_k: Validation retrieval depth.
     """
 
+    representations: ClassVar[tuple[str, ...]] = ("csf_bags",)
+
     def __init__(
         self,
-        backbone: Backbone,
+        encoder: Encoder,
         optim: Optim | None = None,
         vector_dim: int = 32,
         similarity: str = "cosine",
@@ -67,32 +63,22 @@ class CSurF(DenseBiEncoder):
         in_batch_negatives: bool = True,
         gather_across_devices: bool = True,
         kd_weight: float = 0.0,
-        prune_threshold: float = 1e-8,
-        prune_fraction: float = 0.0,
-        query_max_length: int = 32,
-        doc_max_length: int = 128,
-        encode_batch_size: int = 64,
         val_k: int = 100,
     ) -> None:
-        super().__init__(
-            backbone, optim, pooling="cls", query_max_length=query_max_length, doc_max_length=doc_max_length,
-            in_batch_negatives=in_batch_negatives, gather_across_devices=gather_across_devices,
-            encode_batch_size=encode_batch_size, val_k=val_k, mlm_head=True,
-        )  # fmt: skip
+        super().__init__(encoder, optim, val_k)
         if similarity not in SIMILARITIES:
             raise ValueError(f"similarity must be one of {SIMILARITIES}, not {similarity!r}")
         if bags not in BAGS:
             raise ValueError(f"bags must be one of {BAGS}, not {bags!r}")
-        _, _, projection = mlm_head_parts(self.encoder)  # fails here on a backbone without a BERT-style MLM head
+        _, _, projection = mlm_head_parts(encoder.model)  # fails here on a backbone without a BERT-style MLM head
         self.vocab_size = projection.out_features
-        hidden = self.encoder.config.hidden_size
-        self.vector_projection = torch.nn.Linear(hidden, vector_dim) if vector_dim > 0 else None  # φ_v (§3.5)
+        self.vector_projection = torch.nn.Linear(encoder.hidden_size, vector_dim) if vector_dim > 0 else None  # φ_v
         self.similarity, self.bags = similarity, bags
         self.lambda_q, self.lambda_d, self.flops_warmup_steps = lambda_q, lambda_d, flops_warmup_steps
+        self.in_batch_negatives, self.gather_across_devices = in_batch_negatives, gather_across_devices
         self.kd_weight = kd_weight
         self.needs = frozenset({"teacher_scores"}) if kd_weight > 0 else frozenset()
-        self.prune_threshold, self.prune_fraction = prune_threshold, prune_fraction
-        self.register_buffer("special_ids", torch.tensor(self.tokenizer.all_special_ids), persistent=False)
+        self.register_buffer("special_ids", torch.tensor(encoder.tokenizer.all_special_ids), persistent=False)
 
     def encode_bags(self, ids: torch.Tensor, mask: torch.Tensor) -> tuple[CsfBags, torch.Tensor]:
         """(T, L) ids and mask → the texts' CSFs and their (T, |V|) expansion weights w_t (for FLOPS).
@@ -100,9 +86,9 @@ class CSurF(DenseBiEncoder):
         Sources are the text's tokens: padding, [CLS] and [SEP] neither expand nor form original CSFs.
         """
         source_mask = mask.bool() & ~torch.isin(ids, self.special_ids)
-        maxima, sources, hidden = max_pooled_logits(self.encoder, ids, mask, source_mask)
+        maxima, sources, hidden = max_pooled_logits(self.encoder.model, ids, mask, source_mask)
         expansion = torch.log1p(torch.relu(maxima))  # w_t = max_i φ_e(x_i)[t]: φ_e is monotonic, so max first
-        _, transform, projection = mlm_head_parts(self.encoder)
+        _, transform, projection = mlm_head_parts(self.encoder.model)
         rows = ids.flatten()  # the text's own ids repeat: take_rows sums their gradients in a fixed order
         own = (transform(hidden) * take_rows(projection.weight, rows).view(*ids.shape, -1)).sum(-1)
         own = own + take_rows(projection.bias, rows).view(ids.shape)
@@ -115,11 +101,11 @@ class CSurF(DenseBiEncoder):
 
     def encode_query(self, texts: list[str]) -> CsfBags:
         """(B,) texts → their bags of CSFs."""
-        return self.encode_bags(*self._tokenize(texts, self.query_max_length))[0]
+        return self.encode_bags(*self.encoder.tokenize(texts, "query"))[0]
 
     def encode_doc(self, texts: list[str]) -> CsfBags:
         """(N,) texts → their bags of CSFs."""
-        return self.encode_bags(*self._tokenize(texts, self.doc_max_length))[0]
+        return self.encode_bags(*self.encoder.tokenize(texts, "doc"))[0]
 
     def score(self, queries: CsfBags, docs: CsfBags) -> torch.Tensor:
         """Score(q, d) of §3.3 for every query and document: B and N bags → (B, N)."""
@@ -132,19 +118,20 @@ class CSurF(DenseBiEncoder):
         Under DDP the in-batch negatives are the global batch's documents (``gather_across_devices``) and FLOPS
         takes the mean weights of the global batch, so every rank's loss is its share of the single-device loss.
         """
-        q, q_weights = self.encode_bags(*self._tokenize(batch.queries, self.query_max_length))
-        d, d_weights = self.encode_bags(*self._tokenize(batch.docs, self.doc_max_length))
+        q, q_weights = self.encode_bags(*self.encoder.tokenize(batch.queries, "query"))
+        d, d_weights = self.encode_bags(*self.encoder.tokenize(batch.docs, "doc"))
         gather = self.in_batch_negatives and self.gather_across_devices
         candidates, first = gather_bags(d) if gather else (d, 0)
         scores = self.score(q, candidates)  # (B, N): N documents of the batch (of the global batch when gathered)
-        nll, accuracy = self._nll_of_scores(scores, batch, first)
+        group = len(batch.docids[0])
+        nll, accuracy = contrastive_nll(scores, group, first, self.in_batch_negatives)
         warmup = quadratic_warmup(self.global_step, self.flops_warmup_steps)
         losses = {
             "nll": nll,
             "flops_query": self.lambda_q * warmup * flops(global_mean(q_weights)),
             "flops_doc": self.lambda_d * warmup * flops(global_mean(d_weights)),
         }
-        group_scores = own_group(scores, batch, first)  # (B, G)
+        group_scores = own_group(scores, group, first)  # (B, G)
         if self.kd_weight > 0:
             losses["kd"] = self.kd_weight * kl_distillation(group_scores, batch.teacher_scores.to(scores.device))
         diagnostics = {
@@ -156,12 +143,3 @@ class CSurF(DenseBiEncoder):
             "score/positive": group_scores[:, 0].detach(),
         }
         return losses, diagnostics
-
-    def encode_corpus_shard(self, texts: list[str]) -> Payload:
-        """The documents' bags of CSFs as named tensors (:func:`retrieval_zoo.index.csf.encode_bags_payload`)."""
-        return encode_bags_payload(self.encode_doc, texts, self.encode_batch_size)
-
-    def build_retriever(self, collection: Collection, shards: CorpusShards | None = None) -> CsfRetriever:
-        """Index the corpus's CSFs in inverted lists, one set per shard."""
-        shards = self.corpus_shards(collection, shards)
-        return CsfRetriever(self.encode_query, shards, self.vocab_size, self.prune_threshold, self.prune_fraction)

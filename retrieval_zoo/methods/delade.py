@@ -3,28 +3,29 @@
 DeLADE is SPLADE with a softmax: ds_BoW[v] = max_i w_i·softmax(logit_i)[v] over the tokens but [CLS] (Eq. 23).
 DeLADE+[CLS] adds the [CLS] vector through a linear projection to 128 dimensions, and trains both jointly on the
 exact fused score ⟨q_BoW, d_BoW⟩ + λ⟨q_[CLS], d_[CLS]⟩ (Eq. 13, λ = 1) with the listwise NLL over BM25 and in-batch
-negatives (Eq. 17). The "+" models add KL distillation from teacher scores. Retrieval densifies the lexical vectors
-into DLRs (Eq. 4–8) and the pair into DHRs (Eq. 14–16), searched by gated inner product in two stages (Eq. 18).
+negatives (Eq. 17). The "+" models add KL distillation from teacher scores. The model produces ``term_weights``:
+retrieval densifies the lexical vectors into DLRs (Eq. 4–8) and the pair into DHRs (Eq. 14–16), searched by gated
+inner product in two stages (Eq. 18) (``index=gip``, the default); ``index=sparse`` scores the exact vectors, and
+``index=faiss`` the full [ds_BoW ; √λ·[CLS]] vectors by inner product.
 """
 
 from __future__ import annotations
 
 import math
+from typing import ClassVar
 
 import torch
 
-from retrieval_zoo.backbones import Backbone
+from retrieval_zoo.batching import encode_payload
 from retrieval_zoo.data.collections import Collection
-from retrieval_zoo.data.datamodule import TrainBatch
-from retrieval_zoo.index.dhr import DhrRetriever
-from retrieval_zoo.index.dlr import Slicing
-from retrieval_zoo.index.shards import CorpusShards, Payload
-from retrieval_zoo.index.sparse import ON_DEMAND_SHARD, SparseRetriever, lexical_retriever
+from retrieval_zoo.encoder import Encoder
+from retrieval_zoo.index.terms import BERT_DISCARD, TermEncoder
+from retrieval_zoo.lexical.bm25 import BM25
 from retrieval_zoo.lexical.delade import delade_vectors
 from retrieval_zoo.losses import kl_distillation
 from retrieval_zoo.methods.base import Optim
 from retrieval_zoo.methods.dense import DenseBiEncoder
-from retrieval_zoo.methods.encoding import encode_payload
+from retrieval_zoo.training.datamodule import TrainBatch
 
 
 class DeLADE(DenseBiEncoder):
@@ -33,7 +34,7 @@ class DeLADE(DenseBiEncoder):
     Encoded texts are the vectors [ds_BoW ; √λ·[CLS]], so their dot product is the training score of Eq. 13.
 
     Args:
-        backbone: A backbone with its MLM head.
+        encoder: The encoder, with its MLM head (``mlm_head: true``).
         optim: Optimiser settings.
         cls_dim: Width of the [CLS] projection (128 in the paper); 0 = DeLADE alone.
         lambda_cls: λ of Eq. 13–14.
@@ -43,21 +44,14 @@ class DeLADE(DenseBiEncoder):
         kd_lexical_weight: Weight of the same KL on the lexical score alone (the reference code's optional term).
         kd_semantic_weight: Weight of the same KL on the [CLS] score alone.
         freeze_word_embeddings: Freeze the word embeddings (and the tied MLM decoder), as the reference code does.
-        slices: M, the DLR dimension (768, 256 or 128); 0 searches the exact sparse vectors instead (the reference).
-        slicing: ``stride`` (default), ``contiguous`` or ``random`` (Table 6).
-        discard: Leading vocabulary ids dropped before slicing (570 for BERT's vocabulary).
-        first_stage: ``approximate_gip`` (Eq. 18), ``inner_product``, or null for exact GIP over the corpus.
-        theta: θ of approximate GIP (0.3 for DHRs in the paper).
-        candidates: K′ re-ranked by exact GIP (10,000, capped by the corpus size).
-        query_max_length: Query truncation, in tokens.
-        doc_max_length: Document truncation, in tokens.
-        encode_batch_size: Texts per forward pass when encoding a corpus.
         val_k: Validation retrieval depth.
     """
 
+    representations: ClassVar[tuple[str, ...]] = ("term_weights", "vectors")
+
     def __init__(
         self,
-        backbone: Backbone,
+        encoder: Encoder,
         optim: Optim | None = None,
         cls_dim: int = 128,
         lambda_cls: float = 1.0,
@@ -67,55 +61,46 @@ class DeLADE(DenseBiEncoder):
         kd_lexical_weight: float = 0.0,
         kd_semantic_weight: float = 0.0,
         freeze_word_embeddings: bool = True,
-        slices: int = 768,
-        slicing: str = "stride",
-        discard: int = 570,
-        first_stage: str | None = "approximate_gip",
-        theta: float = 0.3,
-        candidates: int = 10_000,
-        query_max_length: int = 32,
-        doc_max_length: int = 128,
-        encode_batch_size: int = 64,
         val_k: int = 100,
     ) -> None:
-        super().__init__(
-            backbone, optim, pooling="cls", query_max_length=query_max_length, doc_max_length=doc_max_length,
-            in_batch_negatives=in_batch_negatives, gather_across_devices=gather_across_devices,
-            encode_batch_size=encode_batch_size, val_k=val_k, mlm_head=True,
-        )  # fmt: skip
-        hidden = self.encoder.config.hidden_size  # DistilBERT's config maps hidden_size to its dim
-        self.vocab_size = self.encoder.get_output_embeddings().out_features
+        super().__init__(encoder, optim, in_batch_negatives, gather_across_devices, val_k=val_k)
+        if not encoder.mlm_head:
+            raise ValueError("DeLADE reads the MLM logits (Eq. 23): set method.encoder.mlm_head=true")
+        hidden, self.vocab_size = encoder.hidden_size, encoder.vocab_size
         self.term_weight = torch.nn.Linear(hidden, 1)  # w_i = h_i·W + b (Eq. 23)
         self.cls_projection = torch.nn.Linear(hidden, cls_dim) if cls_dim > 0 else None
-        self.complementarity_parts = ("lexical", "semantic") if cls_dim > 0 else None
         if kd_semantic_weight > 0 and cls_dim == 0:
             raise ValueError("kd_semantic_weight needs a [CLS] part (cls_dim > 0)")
         self.lambda_cls = lambda_cls
         self.kd_weights = {"kd": kd_weight, "kd_lexical": kd_lexical_weight, "kd_semantic": kd_semantic_weight}
         self.needs = frozenset({"teacher_scores"}) if any(w > 0 for w in self.kd_weights.values()) else frozenset()
         if freeze_word_embeddings:
-            self.encoder.get_input_embeddings().weight.requires_grad_(False)
-        if slices:  # fail at construction on a bad slicing, not at the first validation
-            Slicing(self.vocab_size, slices, discard, slicing)
-        self.slices, self.slicing, self.discard = slices, slicing, discard
-        self.first_stage, self.theta, self.candidates = first_stage, theta, candidates
+            encoder.model.get_input_embeddings().weight.requires_grad_(False)
 
     def encode_parts(self, ids: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
         """(N, L) ids and mask → (N, |V|) ds_BoW (Eq. 23) and the (N, cls_dim) projected [CLS] (or None)."""
-        out = self.encoder(input_ids=ids, attention_mask=mask, output_hidden_states=True)
+        out = self.encoder.model(input_ids=ids, attention_mask=mask, output_hidden_states=True)
         hidden = out.hidden_states[-1]
         lexical = delade_vectors(out.logits, hidden, mask, self.term_weight)
         return lexical, self.cls_projection(hidden[:, 0]) if self.cls_projection is not None else None
 
-    def _embed(self, ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    def fused(self, ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         """[ds_BoW ; √λ·[CLS]]: their dot product is sim_hybrid of Eq. 13. (N, L) → (N, |V| + cls_dim)."""
         lexical, cls = self.encode_parts(ids, mask)
         return lexical if cls is None else torch.cat([lexical, math.sqrt(self.lambda_cls) * cls], dim=1)
 
+    def encode_query(self, texts: list[str]) -> torch.Tensor:
+        """(B,) texts → (B, |V| + cls_dim) fused query vectors."""
+        return self.fused(*self.encoder.tokenize(texts, "query"))
+
+    def encode_doc(self, texts: list[str]) -> torch.Tensor:
+        """(N,) texts → (N, |V| + cls_dim) fused document vectors."""
+        return self.fused(*self.encoder.tokenize(texts, "doc"))
+
     def losses(self, batch: TrainBatch) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]:
         """NLL of Eq. 17 on the exact fused score, plus the weighted KL terms when distilling."""
         q, d = self.encode_query(batch.queries), self.encode_doc(batch.docs)
-        nll, accuracy = self._listwise_nll(q, d, batch)
+        nll, accuracy = self.listwise_nll(q, d, batch)
         losses, split = {"nll": nll}, self.vocab_size
         d = d.view(len(batch.qids), len(batch.docids[0]), -1)
         group_scores = {  # (B, G): each query against its own group, fused and per part
@@ -136,30 +121,20 @@ class DeLADE(DenseBiEncoder):
             diagnostics["score/semantic_positive"] = group_scores["kd_semantic"][:, 0].detach()
         return losses, diagnostics
 
-    def encode_corpus_shard(self, texts: list[str]) -> Payload:
-        """``lexical``: (n, |V|) ds_BoW (Eq. 23), and ``cls``: (n, cls_dim) [CLS] vectors for DeLADE+[CLS]."""
+    def term_encoder(self, collection: Collection, bm25: BM25) -> TermEncoder:
+        """ds_BoW (Eq. 23) and the projected [CLS] of queries and of the collection's documents, for GIP or sparse."""
+        corpus = collection.corpus
+
+        def encode_queries(texts: list[str]) -> tuple[torch.Tensor, torch.Tensor | None]:
+            return self.encode_parts(*self.encoder.tokenize(texts, "query"))
 
         def parts(batch: list[str]) -> dict[str, torch.Tensor | None]:
-            lexical, cls = self.encode_parts(*self._tokenize(batch, self.doc_max_length))
+            lexical, cls = self.encode_parts(*self.encoder.tokenize(batch, "doc"))
             return {"lexical": lexical, "cls": cls}
 
-        return encode_payload(parts, texts, self.encode_batch_size, "docs")
+        def encode_docs(docids: list[str]) -> dict[str, torch.Tensor]:
+            return encode_payload(parts, [corpus[d] for d in docids], self.encode_batch_size, "docs")
 
-    def build_retriever(
-        self, collection: Collection, shards: CorpusShards | None = None
-    ) -> DhrRetriever | SparseRetriever:
-        """Densify the corpus into DLRs (DeLADE) or DHRs (DeLADE+[CLS]) searched by GIP; ``slices=0``: exact sparse.
-
-        Evaluation's shards are cached by weights (:mod:`retrieval_zoo.index.predict`), so retrieval-time variants of
-        one model skip the encoder; validation encodes shards of ``ON_DEMAND_SHARD`` documents as it densifies them.
-        """
-
-        def encode_query(texts: list[str]) -> tuple[torch.Tensor, torch.Tensor | None]:
-            return self.encode_parts(*self._tokenize(texts, self.query_max_length))
-
-        shards = self.corpus_shards(collection, shards, ON_DEMAND_SHARD)
-        return lexical_retriever(
-            encode_query, shards, self.vocab_size, self.slices, self.slicing, self.discard,
-            self.lambda_cls, self.first_stage, self.theta, self.candidates, self.encode_batch_size,
-            terms=self.tokenizer.convert_ids_to_tokens,
-        )  # fmt: skip
+        terms = self.encoder.tokenizer.convert_ids_to_tokens
+        return TermEncoder(encode_queries, encode_docs, self.vocab_size, BERT_DISCARD, terms, self.lambda_cls,
+                           self.encode_batch_size)  # fmt: skip

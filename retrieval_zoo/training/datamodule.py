@@ -17,10 +17,10 @@ from torch.utils.data import DataLoader
 
 from retrieval_zoo.data.collections import Collection, check_ids
 from retrieval_zoo.data.formats import Run, read_run
-from retrieval_zoo.data.loaders import GroupDataset, ResumableLoader
-from retrieval_zoo.data.lookups import PairTable, precompute_fields, restrict_to_teacher
-from retrieval_zoo.data.negatives import GroupSampling, ShardedEpochSampler, negative_pool
 from retrieval_zoo.lexical.bm25 import BM25
+from retrieval_zoo.training.loaders import GroupDataset, ResumableLoader
+from retrieval_zoo.training.lookups import PairTable, precompute_fields, restrict_to_teacher
+from retrieval_zoo.training.negatives import GroupSampling, ShardedEpochSampler, negative_pool
 
 FIELDS = frozenset({"bm25_scores", "bm25_vectors", "teacher_scores"})
 
@@ -77,7 +77,7 @@ class TriplesDataModule(L.LightningDataModule):
         self,
         collection: Collection,
         bm25: BM25,
-        batch_size: int = 32,
+        batch_size: int = 64,
         n_negatives: int = 1,
         negatives_run: str | None = None,
         negative_depth: int = 100,
@@ -87,7 +87,7 @@ class TriplesDataModule(L.LightningDataModule):
         seed: int = 13,
         epochs: int | None = None,
         val_split: str = "dev",
-        val_queries: int | None = 200,
+        val_queries: int | None = 300,
         num_workers: int = 0,
         holdout_queries: int = 0,
     ) -> None:

@@ -12,8 +12,8 @@ from collections.abc import Mapping
 import torch
 
 from retrieval_zoo.data.formats import Run
-from retrieval_zoo.data.negatives import GroupSampling
 from retrieval_zoo.lexical.bm25 import BM25
+from retrieval_zoo.training.negatives import GroupSampling
 
 
 class PairTable:

@@ -1,11 +1,13 @@
-"""Corpus encoding as Lightning predict: each process encodes its share of the shards, on any number of devices.
+"""Corpus encoding for an index as Lightning predict: each process encodes its share of the shards, on any devices.
 
 ``trainer.predict`` runs under the trainer's strategy, so ``trainer=ddp`` (or ``trainer.strategy=ddp
 trainer.devices=2`` on CPUs) encodes the corpus on every device: rank r takes the missing shards r, r + world, ...,
 and a prediction writer stores each shard as soon as it is encoded (:class:`retrieval_zoo.index.shards.CorpusShards`).
-The shard files live under a folder named by a hash of the model's weights, its encoding settings, the corpus
-files and the shard size, so a killed encoding resumes with the shards it had not finished, and retrieval-time
-variants of one model (DLR slicing, λ, pruning) skip the encoder altogether.
+A shard holds what the run's index needs of its documents (:meth:`retrieval_zoo.index.base.Index.doc_encoder`:
+vectors, term weights or bags of CSFs). The shard files live under a folder named by a hash of the model's weights,
+its encoding settings, the representation, the corpus files and the shard size, so a killed encoding resumes with
+the shards it had not finished, and retrieval-time variants of one model (DLR slicing, λ, pruning) skip the encoder
+altogether.
 """
 
 from __future__ import annotations
@@ -22,7 +24,9 @@ from torch.utils.data import DataLoader
 
 from retrieval_zoo.cache import cache_root, fingerprint
 from retrieval_zoo.data.collections import Collection
-from retrieval_zoo.index.shards import CorpusShards, Payload
+from retrieval_zoo.index.base import Index
+from retrieval_zoo.index.shards import CorpusShards, Payload, ShardEncoder
+from retrieval_zoo.lexical.bm25 import BM25
 from retrieval_zoo.methods.base import RetrievalMethod
 
 
@@ -39,15 +43,15 @@ class ShardEncoding(L.LightningModule):
     """Wraps a method for ``trainer.predict``: one predict step encodes one shard of the corpus.
 
     Args:
-        method: The method whose :meth:`RetrievalMethod.encode_corpus_shard` encodes documents.
+        method: The method (its weights move to the predict device with this module).
         shards: Where the shards go.
-        corpus: docid → text.
+        encode: Document ids → what the index needs of them (:meth:`Index.doc_encoder`).
         digest: :func:`weights_digest` of ``method``.
     """
 
-    def __init__(self, method: RetrievalMethod, shards: CorpusShards, corpus: dict[str, str], digest: str) -> None:
+    def __init__(self, method: RetrievalMethod, shards: CorpusShards, encode: ShardEncoder, digest: str) -> None:
         super().__init__()
-        self.method, self.shards, self.corpus, self.digest = method, shards, corpus, digest
+        self.method, self.shards, self.encode, self.digest = method, shards, encode, digest
 
     def predict_dataloader(self) -> DataLoader:
         """This rank's share of the shards rank 0 found missing (one list for all, taken before any is written).
@@ -65,7 +69,7 @@ class ShardEncoding(L.LightningModule):
 
     def predict_step(self, shard: torch.Tensor) -> Payload:
         """The encoding of the documents of the (1,) ``shard``."""
-        return self.method.encode_corpus_shard([self.corpus[d] for d in self.shards.shard_docids(int(shard[0]))])
+        return self.encode(self.shards.shard_docids(int(shard[0])))
 
 
 class ShardWriter(BasePredictionWriter):
@@ -95,17 +99,21 @@ class ShardWriter(BasePredictionWriter):
 
 def encode_corpus(
     method: RetrievalMethod,
+    index: Index,
     collection: Collection,
+    bm25: BM25,
     make_trainer: Callable[..., L.Trainer],
     shard_size: int,
     cache_dir: str | Path | None = None,
 ) -> tuple[CorpusShards | None, bool]:
-    """Encode ``collection``'s corpus with ``method`` into cached shards, by Lightning predict.
+    """Encode ``collection``'s corpus with ``method``, as ``index`` needs it, into cached shards by Lightning predict.
 
     Args:
-        method: The (trained) method; one without :attr:`RetrievalMethod.encodes_corpus` (BM25, the untrained
-            fusions) indexes without a corpus encoder of its own, and nothing is encoded.
+        method: The (trained) method.
+        index: The run's index; where it does not encode ahead (:meth:`Index.encodes_corpus`: BM25, off-the-shelf
+            term vectors) nothing is encoded here.
         collection: Whose corpus to encode.
+        bm25: The run's BM25 (for indexes whose encoding reads it).
         make_trainer: Builds the predict trainer from keyword arguments (the run's ``trainer`` config, partially
             applied): its accelerator, devices and strategy decide where encoding runs.
         shard_size: Documents per shard.
@@ -115,10 +123,11 @@ def encode_corpus(
         The shards (None when the method does not encode its corpus), and whether this process is rank 0: under
         DDP, the other ranks have done their share and leave the rest to rank 0.
     """
-    if not method.encodes_corpus:
+    if not index.encodes_corpus(method):
         return None, rank_zero_only.rank == 0
     digest = weights_digest(method)
-    key = fingerprint("corpus-shards", digest, collection.corpus_fingerprint, method.encoding_settings(), shard_size)
+    settings = method.encoding_settings() | {"representation": index.representation(method)}
+    key = fingerprint("corpus-shards", digest, collection.corpus_fingerprint, settings, shard_size)
     folder = Path(cache_dir or cache_root()) / "encoded" / key
     docids = list(collection.corpus)
     shards = CorpusShards(docids, shard_size, folder)
@@ -127,9 +136,12 @@ def encode_corpus(
         print(f"[encode] all {len(shards)} corpus shards from the cache: {folder}")
         return shards, rank_zero_only.rank == 0
     print(f"[encode] {done} of {len(shards)} corpus shards already in {folder}; encoding the rest")
+    # every shard, whatever debug/ (fast_dev_run, limits) does to training
     trainer = make_trainer(logger=False, callbacks=[ShardWriter(shards)], enable_checkpointing=False,
-                           use_distributed_sampler=False, enable_model_summary=False)  # fmt: skip
-    trainer.predict(ShardEncoding(method, shards, collection.corpus, digest), return_predictions=False)
+                           use_distributed_sampler=False, enable_model_summary=False, fast_dev_run=False,
+                           limit_predict_batches=1.0)  # fmt: skip
+    encode = index.doc_encoder(method, collection, bm25)
+    trainer.predict(ShardEncoding(method, shards, encode, digest), return_predictions=False)
     if trainer.is_global_zero and shards.missing():
         raise RuntimeError(f"{folder}: shards {shards.missing()} are still missing after encoding")
     return shards, trainer.is_global_zero

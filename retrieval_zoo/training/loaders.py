@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from torch.utils.data import DataLoader, Dataset
 
-from retrieval_zoo.data.negatives import GroupSampling
+from retrieval_zoo.training.negatives import GroupSampling
 
 
 class ResumableLoader(DataLoader):

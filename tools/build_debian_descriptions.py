@@ -6,7 +6,7 @@ collection shaped like MS MARCO). The build is deterministic: the same inputs gi
 
 Usage (after ``apt-get -o Acquire::Languages=en update``)::
 
-    python -m retrieval_zoo.data.build_debian_descriptions --out retrieval_zoo/embedded/debian_descriptions
+    python -m tools.build_debian_descriptions --out retrieval_zoo/embedded/debian_descriptions
 """
 
 from __future__ import annotations

@@ -1,0 +1,43 @@
+"""Length-sorted batched encoding of many texts into row-aligned float32 tensors, with progress."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+import torch
+from tqdm import tqdm
+
+
+def length_sorted_batches(texts: list[str], batch_size: int) -> list[list[int]]:
+    """Indices of ``texts`` in batches of similar length (longest first), so padding is minimal."""
+    order = sorted(range(len(texts)), key=lambda i: len(texts[i]), reverse=True)
+    return [order[i : i + batch_size] for i in range(0, len(order), batch_size)]
+
+
+def encode_all(
+    encode: Callable[[list[str]], torch.Tensor], texts: list[str], batch_size: int, desc: str = "encode"
+) -> np.ndarray:
+    """Encode ``texts`` in length-sorted batches and return float32 vectors in the input order."""
+    if not texts:
+        raise ValueError("nothing to encode")
+    return encode_payload(lambda batch: {"vectors": encode(batch)}, texts, batch_size, desc)["vectors"].numpy()
+
+
+@torch.inference_mode()
+def encode_payload(
+    encode: Callable[[list[str]], dict[str, torch.Tensor | None]], texts: list[str], batch_size: int, desc: str
+) -> dict[str, torch.Tensor]:
+    """Named row-aligned float32 tensors of ``texts``, encoded in length-sorted batches, in the input order.
+
+    ``encode`` maps a batch of texts to named (n, ...) tensors; a name whose value is None is left out.
+    """
+    out: dict[str, torch.Tensor] = {}
+    for batch in tqdm(length_sorted_batches(texts, batch_size), desc=desc, unit="batch", leave=False, mininterval=5):
+        for name, value in encode([texts[i] for i in batch]).items():
+            if value is None:
+                continue
+            if name not in out:
+                out[name] = torch.empty((len(texts), *value.shape[1:]), dtype=torch.float32)
+            out[name][batch] = value.float().cpu()
+    return out

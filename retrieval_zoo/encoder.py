@@ -1,0 +1,111 @@
+"""The one text encoder every method is given: backbone, tokenizer, max lengths, markers, pooling, MLM head on or off.
+
+A method receives an :class:`Encoder` from its config (``method.encoder``) and keeps only its paper's particulars
+and losses. The encoder tokenizes a side's texts (queries or documents: each has its maximum length and an optional
+marker prefixed, e.g. CLEAR's <QRY> / <DOC>, added to the vocabulary as special tokens), runs the backbone, and pools
+its last hidden states (mean over real tokens, CLEAR Eq. 2–3; or [CLS], DPR and RoC Eq. 6).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+from transformers import PreTrainedModel, PreTrainedTokenizerBase
+
+from retrieval_zoo.backbones import Backbone
+
+SIDES = ("query", "doc")
+
+
+def mean_pool(hidden: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+    """Average of the token vectors over real tokens only (CLEAR Eq. 2–3). (B, L, H), (B, L) → (B, H)."""
+    mask = attention_mask.unsqueeze(-1).to(hidden.dtype)
+    return (hidden * mask).sum(dim=1) / mask.sum(dim=1).clamp(min=1.0)
+
+
+def cls_pool(hidden: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+    """The first ([CLS]) token's vector (DPR; RoC Eq. 6). (B, L, H) → (B, H)."""
+    return hidden[:, 0]
+
+
+POOLING: dict[str, Callable[[torch.Tensor, torch.Tensor], torch.Tensor]] = {"mean": mean_pool, "cls": cls_pool}
+
+
+class Encoder(torch.nn.Module):
+    """A backbone with its tokenizer, as every method uses it.
+
+    Args:
+        backbone: Where the weights and the tokenizer come from.
+        pooling: ``mean`` (over real tokens) or ``cls``.
+        query_max_length: Query truncation, in tokens.
+        doc_max_length: Document truncation, in tokens.
+        markers: Side → a token prefixed to that side's texts (CLEAR: ``{query: <QRY>, doc: <DOC>}``), added to the
+            vocabulary as special tokens; None for none.
+        mlm_head: Load the masked-LM model (encoder + vocabulary projection), for methods that read its logits.
+        batch_size: Texts per forward pass when encoding many (a corpus, a query set).
+    """
+
+    def __init__(
+        self,
+        backbone: Backbone,
+        pooling: str = "mean",
+        query_max_length: int = 32,
+        doc_max_length: int = 128,
+        markers: dict[str, str] | None = None,
+        mlm_head: bool = False,
+        batch_size: int = 128,
+    ) -> None:
+        super().__init__()
+        if pooling not in POOLING:
+            raise ValueError(f"encoder.pooling must be one of {sorted(POOLING)}, not {pooling!r}")
+        if markers and set(markers) - set(SIDES):
+            raise ValueError(f"encoder.markers: sides are {SIDES}, not {sorted(set(markers) - set(SIDES))}")
+        self.backbone_name, self.pooling, self.mlm_head = backbone.name, pooling, mlm_head
+        self.max_length = {"query": query_max_length, "doc": doc_max_length}
+        self.markers, self.batch_size = dict(markers or {}), batch_size
+        self.tokenizer: PreTrainedTokenizerBase = backbone.load_tokenizer()
+        self.model: PreTrainedModel = backbone.load_model(mlm_head=mlm_head).train()
+        if self.markers:
+            self.tokenizer.add_tokens(list(self.markers.values()), special_tokens=True)
+            self.model.resize_token_embeddings(len(self.tokenizer))
+
+    @property
+    def hidden_size(self) -> int:
+        """H, the width of the hidden states (DistilBERT's config maps ``hidden_size`` to its ``dim``)."""
+        return self.model.config.hidden_size
+
+    @property
+    def vocab_size(self) -> int:
+        """|V| of the MLM head's output (``mlm_head=True``)."""
+        return self.model.get_output_embeddings().out_features
+
+    @property
+    def device(self) -> torch.device:
+        """Where the weights are."""
+        return next(self.model.parameters()).device
+
+    def tokenize(self, texts: list[str], side: str) -> tuple[torch.Tensor, torch.Tensor]:
+        """(N,) texts of ``side`` (``query`` or ``doc``) → padded input ids and attention mask, both (N, L)."""
+        marker = self.markers.get(side)
+        texts = [f"{marker} {t}" for t in texts] if marker else texts
+        tokens = self.tokenizer(texts, padding=True, truncation=True, max_length=self.max_length[side],
+                                return_tensors="pt")  # fmt: skip
+        return tokens["input_ids"].to(self.device), tokens["attention_mask"].to(self.device)
+
+    def hidden_states(self, ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        """(N, L) ids and mask → (N, L, H) last hidden states of the encoder (below any MLM head)."""
+        encoder = self.model.base_model if self.mlm_head else self.model
+        return encoder(input_ids=ids, attention_mask=mask).last_hidden_state  # DistilBERT has no segments
+
+    def pool(self, hidden: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        """(N, L, H) hidden states → (N, H) pooled vectors."""
+        return POOLING[self.pooling](hidden, mask)
+
+    def embed(self, ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        """(N, L) ids and mask → (N, H) pooled vectors."""
+        return self.pool(self.hidden_states(ids, mask), mask)
+
+    def encode(self, texts: list[str], side: str) -> torch.Tensor:
+        """(N,) texts of ``side`` → (N, H) pooled vectors."""
+        return self.embed(*self.tokenize(texts, side))

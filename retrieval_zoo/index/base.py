@@ -1,0 +1,131 @@
+"""What an index is to the pipeline: the representations it accepts, how it builds a retriever, its weight grid.
+
+The zoo's axis is method × index. A method declares the representations it produces (``representations``, its own
+first); an index declares the ones it accepts (``accepts``) and builds a retriever from whichever the method
+offers. The representations:
+
+- ``bm25``: no encoder of its own; the pipeline's Lucene BM25 (method ``bm25``).
+- ``vectors``: one vector per text, ``encode_query`` / ``encode_doc`` → (n, d), scored by inner product.
+- ``term_weights``: a |V|-wide lexical vector per text, optionally with a [CLS] part (``term_encoder``).
+- ``csf_bags``: CSurF's bags of contextualized surface forms (``encode_query`` / ``encode_doc`` → ``CsfBags``).
+- ``lexical_semantic``: RoC's pair, random-projected BM25 beside ``encode_query`` / ``encode_doc`` vectors.
+
+An index that fuses two parts has a retrieval-time weight: :meth:`Index.tune` grid-searches it on held-out queries
+with :func:`retrieval_zoo.evaluation.tune_weight`, one function for every fused index.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar, Protocol
+
+from retrieval_zoo.data.collections import Collection
+from retrieval_zoo.data.formats import Qrels, Run
+from retrieval_zoo.evaluation import MEASURES, tune_weight
+from retrieval_zoo.index.shards import CorpusShards, Payload, ShardEncoder
+from retrieval_zoo.lexical.bm25 import BM25
+
+REPRESENTATIONS = ("bm25", "vectors", "term_weights", "csf_bags", "lexical_semantic")
+
+
+class Retriever(Protocol):
+    """Anything that retrieves a run for queries over an indexed corpus."""
+
+    def search(self, queries: dict[str, str], k: int) -> Run:
+        """Top ``k`` documents per query."""
+        ...
+
+
+class Index:
+    """Base of every index family (``conf/index/*.yaml``).
+
+    Args:
+        weight_grid: Values of the fusion weight tried when evaluation tunes it (``eval.tune_queries`` > 0); empty
+            for an index with nothing to fuse.
+        tune_measure: What tuning maximises (a name of :data:`retrieval_zoo.evaluation.MEASURES`).
+    """
+
+    accepts: ClassVar[tuple[str, ...]] = ()
+    on_demand_shard: ClassVar[int | None] = None  # documents encoded at once when no shards are given (None: all)
+
+    def __init__(self, weight_grid: tuple[float, ...] = (), tune_measure: str = "MRR@10") -> None:
+        if tune_measure not in MEASURES:
+            raise ValueError(f"tune_measure must be one of {sorted(MEASURES)}, not {tune_measure!r}")
+        self.weight_grid, self.tune_measure = tuple(float(v) for v in weight_grid), tune_measure
+
+    def representation(self, method: Any) -> str:
+        """The representation of ``method`` this index searches: the first it accepts among the method's."""
+        for name in getattr(method, "representations", ()):
+            if name in self.accepts:
+                return name
+        raise ValueError(
+            f"{type(self).__name__} accepts {', '.join(self.accepts)}; {type(method).__name__} produces "
+            f"{', '.join(getattr(method, 'representations', ())) or 'nothing'}"
+        )
+
+    def encodes_corpus(self, method: Any) -> bool:
+        """Whether the corpus is encoded ahead (Lightning predict, cached shards) rather than on demand, by shard.
+
+        Trained models are; off-the-shelf ones (BM25 DLRs, SPLADE before training) are encoded on demand.
+        """
+        return bool(getattr(method, "trainable", False))
+
+    def corpus_payload(self, method: Any, texts: list[str]) -> Payload:
+        """What this index needs of these documents, as named row-aligned tensors (one shard of the corpus)."""
+        raise NotImplementedError
+
+    def doc_encoder(self, method: Any, collection: Collection, bm25: BM25) -> ShardEncoder:
+        """Document ids → :meth:`corpus_payload` of their texts: how a shard of ``collection`` is encoded."""
+        corpus = collection.corpus
+        return lambda ids: self.corpus_payload(method, [corpus[d] for d in ids])
+
+    def corpus_shards(
+        self, method: Any, collection: Collection, bm25: BM25, shards: CorpusShards | None
+    ) -> CorpusShards:
+        """``shards`` when evaluation encoded them; else the corpus encoded on demand, by shard (validation)."""
+        if shards is not None:
+            return shards
+        corpus = collection.corpus
+        encode = self.doc_encoder(method, collection, bm25)
+        return CorpusShards.on_demand(list(corpus), encode, self.on_demand_shard or len(corpus))
+
+    def build(self, method: Any, collection: Collection, bm25: BM25, shards: CorpusShards | None = None) -> Retriever:
+        """Index ``collection``'s corpus as ``method`` represents it (from its encoded ``shards`` when given)."""
+        raise NotImplementedError
+
+    def tune(self, retriever: Retriever, queries: dict[str, str], qrels: Qrels) -> dict:
+        """Grid-search the retriever's fusion weight on held-out queries and set it; {} when there is none."""
+        if not self.weight_grid or getattr(retriever, "weight_name", None) is None:
+            return {}
+        depth = getattr(retriever, "depth", 1000)
+        return tune_weight(retriever, queries, qrels, self.weight_grid, self.tune_measure, retriever.weight_name, depth)
+
+
+def fused_parts(retriever: Retriever) -> tuple[str, str] | None:
+    """The (lexical, semantic) parts a fusing retriever can search alone (``retriever.side``); None for one part."""
+    return tuple(retriever.parts) if getattr(retriever, "weight_name", None) else None
+
+
+def compatible(method_class: type, index_class: type) -> bool:
+    """Whether an index of ``index_class`` accepts a representation that ``method_class`` produces."""
+    return bool(set(getattr(method_class, "representations", ())) & set(index_class.accepts))
+
+
+def check_pair(method_name: str, method_class: type, index_name: str, index_class: type,
+               indexes: dict[str, type]) -> None:  # fmt: skip
+    """Raise, naming both and the compatible choices, when the index cannot search the method's representations.
+
+    Args:
+        method_name: The method's config name (``method=...``).
+        method_class: Its class.
+        index_name: The index's config name (``index=...``).
+        index_class: Its class.
+        indexes: Every index config name → class, for the list of compatible choices.
+    """
+    if compatible(method_class, index_class):
+        return
+    choices = sorted(name for name, cls in indexes.items() if compatible(method_class, cls))
+    produces = ", ".join(getattr(method_class, "representations", ())) or "nothing"
+    raise ValueError(
+        f"index={index_name} cannot search method={method_name}: the index accepts {', '.join(index_class.accepts)}, "
+        f"the method produces {produces}; indexes for method={method_name}: {', '.join(choices) or 'none'}"
+    )

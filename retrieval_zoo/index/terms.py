@@ -1,0 +1,147 @@
+"""Indexes over term weights: DLR/DHR searched by gated inner product, and the exact sparse reference.
+
+A method that produces ``term_weights`` hands over a :class:`TermEncoder`: |V|-wide lexical vectors per text, with
+an optional [CLS] part, the vocabulary's size, the leading ids that are never used (``discard``: BERT's 570
+[PAD]/[unused*] ids) and the λ its [CLS] part was trained with. :class:`Gip` densifies them into DLRs/DHRs
+(delade-dhr.md Eq. 4–16) searched in two stages (Eq. 18); :class:`Sparse` keeps them whole and scores exactly, the
+reference the densification approximates. Both fuse the [CLS] part with a weight that tuning can set.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+import torch
+
+from retrieval_zoo.data.collections import Collection
+from retrieval_zoo.index.base import Index
+from retrieval_zoo.index.dhr import DhrRetriever
+from retrieval_zoo.index.dlr import SLICINGS, Slicing
+from retrieval_zoo.index.shards import CorpusShards, Payload, ShardEncoder
+from retrieval_zoo.index.sparse import SparseRetriever
+from retrieval_zoo.lexical.bm25 import BM25
+
+BERT_DISCARD = 570  # BERT's leading [PAD], [unused*], [UNK], [CLS], ... ids, dropped before slicing (§4.2)
+ON_DEMAND_SHARD = 1024  # documents whose |V|-wide vectors exist at once when a corpus is densified on demand
+DHR_GRID = (0.0, 0.05, 0.1, 0.2, 0.3, 0.5, 0.75, 1.0, 1.5, 2.0, 3.0, 5.0)
+
+
+@dataclass
+class TermEncoder:
+    """What a ``term_weights`` method hands to these indexes (``method.term_encoder(collection, bm25)``).
+
+    Args:
+        encode_queries: (n,) query texts → (n, |V|) lexical vectors and (n, c) [CLS] vectors or None.
+        encode_docs: (n,) document ids → ``lexical`` (n, |V|) and, with a [CLS] part, ``cls`` (n, c) float32 tensors.
+        vocab_size: |V|.
+        discard: Leading vocabulary ids that are never used, dropped before slicing (BERT: :data:`BERT_DISCARD`).
+        terms: Vocabulary ids → their strings (for explanations).
+        weight: λ of the [CLS] part as trained (Eq. 13); 1.0 without one.
+        batch_size: Texts per forward pass.
+    """
+
+    encode_queries: Callable[[list[str]], tuple[torch.Tensor, torch.Tensor | None]]
+    encode_docs: Callable[[list[str]], Payload]
+    vocab_size: int
+    discard: int
+    terms: Callable[[list[int]], list[str]]
+    weight: float = 1.0
+    batch_size: int = 64
+
+
+class TermIndex(Index):
+    """Shared by :class:`Gip` and :class:`Sparse`.
+
+    Args:
+        weight: λ of the [CLS] part at indexing; null takes the λ the method trained with.
+        weight_grid: λ values tried when evaluation tunes (``eval.tune_queries`` > 0).
+        tune_measure: What tuning maximises (§5.2: MRR@10).
+    """
+
+    accepts: ClassVar[tuple[str, ...]] = ("term_weights",)
+    on_demand_shard: ClassVar[int | None] = ON_DEMAND_SHARD
+
+    def __init__(
+        self, weight: float | None = None, weight_grid: tuple[float, ...] = DHR_GRID, tune_measure: str = "MRR@10"
+    ) -> None:
+        super().__init__(weight_grid, tune_measure)
+        self.weight = weight
+
+    def doc_encoder(self, method: Any, collection: Collection, bm25: BM25) -> ShardEncoder:
+        """Document ids → their lexical (and [CLS]) vectors."""
+        return method.term_encoder(collection, bm25).encode_docs
+
+    def encoder_and_shards(
+        self, method: Any, collection: Collection, bm25: BM25, shards: CorpusShards | None
+    ) -> tuple[TermEncoder, CorpusShards]:
+        """The method's term encoder, and the corpus's shards (encoded on demand by it when not given)."""
+        encoder = method.term_encoder(collection, bm25)
+        if shards is None:
+            shards = CorpusShards.on_demand(list(collection.corpus), encoder.encode_docs, ON_DEMAND_SHARD)
+        return encoder, shards
+
+    def fusion_weight(self, encoder: TermEncoder) -> float:
+        """λ of the [CLS] part as indexed."""
+        return encoder.weight if self.weight is None else self.weight
+
+
+class Gip(TermIndex):
+    """DLR/DHR vectors searched by gated inner product (delade-dhr.md §3.1–3.4; ``conf/index/gip.yaml``).
+
+    Args:
+        slices: M, the DLR dimension (768, 256 or 128).
+        slicing: ``stride`` (default), ``contiguous`` or ``random`` (Table 6).
+        first_stage: ``approximate_gip`` (Eq. 18), ``inner_product``, or null for exact GIP over the corpus.
+        theta: θ of approximate GIP (0.3 for DHRs).
+        candidates: K′ re-ranked by exact GIP (10,000, capped by the corpus size).
+        weight: λ of the [CLS] part at indexing; null takes the method's.
+        weight_grid: λ values tried when evaluation tunes.
+        tune_measure: What tuning maximises.
+    """
+
+    def __init__(
+        self,
+        slices: int = 768,
+        slicing: str = "stride",
+        first_stage: str | None = "approximate_gip",
+        theta: float = 0.3,
+        candidates: int = 10_000,
+        weight: float | None = None,
+        weight_grid: tuple[float, ...] = DHR_GRID,
+        tune_measure: str = "MRR@10",
+    ) -> None:
+        super().__init__(weight, weight_grid, tune_measure)
+        if slices < 1:
+            raise ValueError(f"index.slices must be at least 1, not {slices} (index=sparse searches exactly)")
+        if slicing not in SLICINGS:
+            raise ValueError(f"index.slicing must be one of {SLICINGS}, not {slicing!r}")
+        self.slices, self.slicing = slices, slicing
+        self.first_stage, self.theta, self.candidates = first_stage, theta, candidates
+
+    def build(
+        self, method: Any, collection: Collection, bm25: BM25, shards: CorpusShards | None = None
+    ) -> DhrRetriever:
+        """Densify the corpus's term vectors (and join the [CLS] ones) into GIP indexes, one per shard."""
+        encoder, shards = self.encoder_and_shards(method, collection, bm25, shards)
+        slicing = Slicing(encoder.vocab_size, self.slices, encoder.discard, self.slicing)
+        return DhrRetriever(
+            encoder.encode_queries, shards, slicing, self.fusion_weight(encoder), self.first_stage, self.theta,
+            self.candidates, encoder.batch_size, terms=encoder.terms,
+        )  # fmt: skip
+
+
+class Sparse(TermIndex):
+    """The exact |V|-wide term vectors (+ λ·[CLS]) in one matrix: the reference of GIP (``conf/index/sparse.yaml``).
+
+    Args as in :class:`TermIndex`.
+    """
+
+    def build(
+        self, method: Any, collection: Collection, bm25: BM25, shards: CorpusShards | None = None
+    ) -> SparseRetriever:
+        """The corpus's term vectors as one sparse (or dense, when denser) matrix."""
+        encoder, shards = self.encoder_and_shards(method, collection, bm25, shards)
+        return SparseRetriever(encoder.encode_queries, shards, self.fusion_weight(encoder), encoder.discard,
+                               encoder.batch_size)  # fmt: skip

@@ -1,0 +1,77 @@
+"""The package's import graph runs one way: no module imports from a layer above its own.
+
+Read from the import statements of every module (``import`` and ``from ... import``, at any depth, type-only
+imports included), so a cycle or an arrow back up fails here before it tangles the code.
+"""
+
+import ast
+from pathlib import Path
+
+PACKAGE = Path(__file__).resolve().parents[1] / "retrieval_zoo"
+
+LAYERS = [  # lowest first; a module may import from its own layer and the ones below
+    ("ground", {"cache", "rows", "distributed", "batching", "resume", "loggers", "backbones", "losses", "encoder"}),
+    ("collections", {"data"}),  # collection and run files: reading, writing, checking
+    ("measures", {"evaluation", "complementarity", "compare"}),
+    ("lexical", {"lexical"}),  # Lucene BM25, term vectors, CSFs
+    ("training data", {"training"}),  # the DataModule, negatives, lookups
+    ("indexes", {"index"}),
+    ("methods", {"methods"}),
+    ("runs", {"validation", "corpus_encoding", "pipeline", "summary", "reproduce"}),
+]
+
+
+def unit(module: str) -> str:
+    """The layer unit of ``retrieval_zoo.<unit>[.<rest>]``."""
+    return module.split(".")[1]
+
+
+def layer_of(module: str) -> int:
+    name = unit(module)
+    for number, (_, units) in enumerate(LAYERS):
+        if name in units:
+            return number
+    raise AssertionError(f"{module}: not in any layer of tests/test_layers.py; place it there")
+
+
+def imports(path: Path) -> set[str]:
+    """The ``retrieval_zoo`` modules a file imports."""
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("retrieval_zoo."):
+            found.add(node.module)
+        elif isinstance(node, ast.Import):
+            found |= {a.name for a in node.names if a.name.startswith("retrieval_zoo.")}
+    return found
+
+
+def modules() -> dict[str, Path]:
+    found = {}
+    for path in PACKAGE.rglob("*.py"):
+        parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+        if len(parts) > 1 and parts[-1] != "__init__":
+            found[".".join(parts)] = path
+    return found
+
+
+def test_every_module_has_a_layer() -> None:
+    for module in modules():
+        layer_of(module)
+
+
+def test_no_import_runs_back_up() -> None:
+    upward = []
+    for module, path in sorted(modules().items()):
+        for target in sorted(imports(path)):
+            if layer_of(target) > layer_of(module):
+                upward.append(
+                    f"{module} ({LAYERS[layer_of(module)][0]}) imports {target} ({LAYERS[layer_of(target)][0]})"
+                )
+    assert not upward, "imports from a higher layer:\n" + "\n".join(upward)
+
+
+def test_the_check_sees_an_upward_import(tmp_path: Path) -> None:
+    module = tmp_path / "bad.py"
+    module.write_text("from retrieval_zoo.methods.base import RetrievalMethod\n")
+    (target,) = imports(module)
+    assert layer_of(target) > layer_of("retrieval_zoo.index.dense")
