@@ -1,5 +1,6 @@
 import gzip
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -140,3 +141,40 @@ def test_evaluating_as_written_matches_the_file(tmp_path: Path) -> None:
     from_file = evaluate(read_run(tmp_path / "run.trec"), qrels)["MRR@10"]
     assert evaluate(run, qrels)["MRR@10"] == 0.5 and from_file == 1.0 == evaluate(as_written(run), qrels)["MRR@10"]
     assert (tmp_path / "run.trec").read_text().splitlines()[0].split()[2:4] == ["b", "1"]  # ranks agree with scores
+
+
+@pytest.mark.parametrize("name", ["collection.tsv", "collection.tsv.gz", "qrels.dev.tsv", "corpus.jsonl"])
+def test_bytes_that_are_not_utf8_name_the_file_and_line(tmp_path: Path, name: str) -> None:
+    lines = {
+        "tsv": [b"1\tfirst doc\n", b"2\tcaf\xe9 latin-1\n"],
+        "qrels": [b"1\t0\td1\t1\n", b"2\t0\td\xff\t1\n"],
+        "jsonl": [b'{"_id": "d1", "text": "a"}\n', b'{"_id": "d2", "text": "caf\xe9"}\n'],
+    }["jsonl" if name.endswith("jsonl") else "qrels" if name.startswith("qrels") else "tsv"]
+    path = tmp_path / name
+    (gzip.open if name.endswith(".gz") else open)(path, "wb").write(b"".join(lines))
+    read = {"corpus.jsonl": lambda p: read_beir_jsonl(p, "document"), "qrels.dev.tsv": read_qrels}
+    with pytest.raises(FormatError) as err:
+        read.get(name, read_id_text_tsv)(path)
+    assert err.value.line == 2 and str(path) in str(err.value) and "not UTF-8 at byte" in str(err.value)
+
+
+@pytest.mark.parametrize("name", ["collection.tsv", "qrels.dev.tsv"])
+def test_a_byte_order_mark_is_refused_not_read_into_the_first_id(tmp_path: Path, name: str) -> None:
+    path = tmp_path / name
+    path.write_bytes(b"\xef\xbb\xbf" + (b"1\tfirst doc\n" if name.startswith("collection") else b"1\t0\td1\t1\n"))
+    with pytest.raises(FormatError, match=rf"{name}:1: the file starts with a UTF-8 byte-order mark"):
+        (read_qrels if name.startswith("qrels") else read_id_text_tsv)(path)
+
+
+def test_a_carriage_return_ends_no_line(tmp_path: Path) -> None:
+    path = tmp_path / "collection.tsv"
+    path.write_bytes(b"1\tfirst\rdoc\r\n2\tsecond doc\r\n")
+    assert read_id_text_tsv(path) == {"1": "first\rdoc", "2": "second doc"}
+
+
+@pytest.mark.parametrize(("value", "shown"), [("null", "null"), ("7", "7"), ('["d1"]', '["d1"]')])
+def test_beir_ids_must_be_strings(tmp_path: Path, value: str, shown: str) -> None:
+    record = '{"_id": "d1", "text": "a"}\n{"_id": ' + value + ', "text": "b"}\n'
+    path = write(tmp_path / "corpus.jsonl", record)
+    with pytest.raises(FormatError, match=rf"corpus.jsonl:2: '_id' must be a string, not {re.escape(shown)}"):
+        read_beir_jsonl(path, "document")

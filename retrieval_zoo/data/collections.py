@@ -13,7 +13,15 @@ from importlib import resources
 from pathlib import Path
 
 from retrieval_zoo.cache import file_digest, fingerprint
-from retrieval_zoo.data.formats import FormatError, Qrels, Run, open_text, read_beir_jsonl, read_id_text_tsv, read_qrels
+from retrieval_zoo.data.formats import (
+    FormatError,
+    Qrels,
+    Run,
+    numbered_lines,
+    read_beir_jsonl,
+    read_id_text_tsv,
+    read_qrels,
+)
 
 EMBEDDED_ROOT = Path(str(resources.files("retrieval_zoo") / "embedded"))
 
@@ -74,11 +82,10 @@ def check_ids(path: str | Path, table: Qrels | Run, queries: Mapping[str, str], 
 
 
 def _find_line(path: Path, qid: str, token: str | None) -> int | None:
-    with open_text(path) as f:
-        for lineno, line in enumerate(f, start=1):
-            fields = line.split()
-            if fields and fields[0] == qid and token in fields:
-                return lineno
+    for lineno, line in numbered_lines(path):
+        fields = line.split()
+        if fields and fields[0] == qid and token in fields:
+            return lineno
     return None
 
 

@@ -6,6 +6,7 @@ silently. Files ending in ``.gz`` are read and written compressed.
 
 from __future__ import annotations
 
+import codecs
 import gzip
 import json
 import math
@@ -40,18 +41,38 @@ def open_text(path: str | Path, mode: str = "r") -> IO[str]:
     return open(path, mode, encoding="utf-8")
 
 
+def numbered_lines(path: str | Path) -> Iterator[tuple[int, str]]:
+    """Yield (1-based line number, line without its ending) of a UTF-8 text file, gzip-compressed or plain.
+
+    Lines end at a line feed only: a stray carriage return inside a text stays in it. Raises :class:`FormatError` for
+    a missing file, a UTF-8 byte-order mark (a BOM would otherwise become part of the first id) and bytes that are not
+    UTF-8, naming the line and the byte offset in it.
+    """
+    path = Path(path)
+    if not path.exists():
+        raise FormatError(path, None, "file not found")
+    with gzip.open(path, "rb") if path.suffix == ".gz" else open(path, "rb") as f:
+        for lineno, raw in enumerate(f, start=1):
+            if lineno == 1 and raw.startswith(codecs.BOM_UTF8):
+                raise FormatError(path, 1, "the file starts with a UTF-8 byte-order mark (BOM): save it without one")
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as err:
+                context = raw[max(0, err.start - 20) : err.end + 20]
+                raise FormatError(path, lineno, f"not UTF-8 at byte {err.start} of the line: {context!r}") from None
+            yield lineno, line.rstrip("\n").rstrip("\r")
+
+
 def _rows(path: str | Path, ncols: tuple[int, ...], sep: str | None = "\t") -> Iterator[tuple[int, list[str]]]:
     """Yield (line number, fields) of a delimited file, checking the field count of every non-blank line."""
-    with open_text(path) as f:
-        for lineno, raw in enumerate(f, start=1):
-            line = raw.rstrip("\n").rstrip("\r")
-            if not line.strip():
-                raise FormatError(path, lineno, "blank line")
-            fields = line.split(sep) if sep else line.split()
-            if len(fields) not in ncols:
-                expected = " or ".join(map(str, ncols))
-                raise FormatError(path, lineno, f"expected {expected} fields, found {len(fields)}: {line[:80]!r}")
-            yield lineno, fields
+    for lineno, line in numbered_lines(path):
+        if not line.strip():
+            raise FormatError(path, lineno, "blank line")
+        fields = line.split(sep) if sep else line.split()
+        if len(fields) not in ncols:
+            expected = " or ".join(map(str, ncols))
+            raise FormatError(path, lineno, f"expected {expected} fields, found {len(fields)}: {line[:80]!r}")
+        yield lineno, fields
 
 
 def _put_unique(table: dict, key: str, value: object, path: str | Path, lineno: int, what: str) -> None:
@@ -75,8 +96,7 @@ def read_id_text_tsv(path: str | Path, what: str = "document") -> dict[str, str]
 def read_qrels(path: str | Path) -> Qrels:
     """Read TREC/MS MARCO qrels: ``qid 0 docid rel`` (tab or space separated), or BEIR's headed 3-column TSV."""
     qrels: Qrels = {}
-    with open_text(path) as f:
-        header = f.readline()
+    header = next(iter(numbered_lines(path)), (1, ""))[1]
     beir = header.lower().startswith("query-id")
     for lineno, fields in _rows(path, (3,) if beir else (4,), sep="\t" if beir else None):
         if beir and lineno == 1:
@@ -165,18 +185,19 @@ def write_qrels(path: str | Path, qrels: Qrels) -> None:
 def read_beir_jsonl(path: str | Path, what: str) -> dict[str, str]:
     """Read BEIR corpus.jsonl (title + text joined) or queries.jsonl into id → text."""
     table: dict[str, str] = {}
-    with open_text(path) as f:
-        for lineno, line in enumerate(f, start=1):
-            if not line.strip():
-                raise FormatError(path, lineno, "blank line")
-            try:
-                record = json.loads(line)
-            except json.JSONDecodeError as err:
-                raise FormatError(path, lineno, f"invalid JSON: {err.msg}") from None
-            if not isinstance(record, dict) or "_id" not in record or "text" not in record:
-                raise FormatError(path, lineno, "a record needs '_id' and 'text'")
-            text = " ".join(str(p) for p in (record.get("title") or "", record["text"]) if p).strip()
-            if not text:
-                raise FormatError(path, lineno, f"empty text for {what} {record['_id']!r}")
-            _put_unique(table, str(record["_id"]), " ".join(text.split()), path, lineno, what)
+    for lineno, line in numbered_lines(path):
+        if not line.strip():
+            raise FormatError(path, lineno, "blank line")
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError as err:
+            raise FormatError(path, lineno, f"invalid JSON: {err.msg}") from None
+        if not isinstance(record, dict) or "_id" not in record or "text" not in record:
+            raise FormatError(path, lineno, "a record needs '_id' and 'text'")
+        if not isinstance(record["_id"], str):
+            raise FormatError(path, lineno, f"'_id' must be a string, not {json.dumps(record['_id'])}")
+        text = " ".join(str(p) for p in (record.get("title") or "", record["text"]) if p).strip()
+        if not text:
+            raise FormatError(path, lineno, f"empty text for {what} {record['_id']!r}")
+        _put_unique(table, record["_id"], " ".join(text.split()), path, lineno, what)
     return table
