@@ -16,7 +16,8 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
-from retrieval_zoo.pipeline import build_collection_and_bm25, check_method_and_index, encode_for_index, evaluate_method
+from retrieval_zoo.config_check import check_config
+from retrieval_zoo.pipeline import build_collection_and_bm25, encode_for_index, evaluate_method
 
 
 def load_trained(run_dir: Path, cfg: DictConfig) -> object:
@@ -99,10 +100,10 @@ def main(cfg: DictConfig) -> dict[str, dict[str, float]]:
         run_dir, overrides = Path(cfg.run_dir), list(HydraConfig.get().overrides.task)
         cfg = apply_overrides(trained_config(run_dir), cfg, overrides)
         check_tuning_is_held_out(cfg, overrides)
-        check_method_and_index(cfg)
+        check_config(cfg)
         model = load_trained(run_dir, cfg)
     else:
-        check_method_and_index(cfg)
+        check_config(cfg)
         L.seed_everything(cfg.seed)  # an untrained model's initialisation, the same on every rank
         model = instantiate(cfg.method)
     name, index = str(cfg.method_name), instantiate(cfg.index)

@@ -13,10 +13,10 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
+from retrieval_zoo.config_check import check_config
 from retrieval_zoo.loggers import finish, log_results
 from retrieval_zoo.pipeline import (
     build_collection_and_bm25,
-    check_method_and_index,
     encode_for_index,
     evaluate_method,
     identity,
@@ -30,7 +30,7 @@ from retrieval_zoo.validation import RetrievalValidation
 def main(cfg: DictConfig) -> dict[str, dict[str, float]] | float:
     """Train → index → search → evaluate; returns the metrics table, or with ``objective`` the method's value of it."""
     out_dir = Path(HydraConfig.get().runtime.output_dir)
-    check_method_and_index(cfg)
+    check_config(cfg)
     L.seed_everything(cfg.seed, workers=True)
     torch.set_float32_matmul_precision("high")
     collection, bm25 = build_collection_and_bm25(cfg)
