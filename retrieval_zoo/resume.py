@@ -14,6 +14,7 @@ from __future__ import annotations
 import os
 import random
 import signal
+import zipfile
 from pathlib import Path
 
 import lightning as L
@@ -39,6 +40,8 @@ def find_checkpoint(resume_from: str | None, out_dir: Path, config: dict) -> str
     if resume_from != "auto":
         if resume_from and not Path(resume_from).exists():
             raise FileNotFoundError(f"resume_from={resume_from}: no such checkpoint")
+        if resume_from:
+            check_checkpoint(Path(resume_from))
         return resume_from
     own = out_dir / "checkpoints" / "last.ckpt"
     if own.exists():
@@ -55,6 +58,24 @@ def find_checkpoint(resume_from: str | None, out_dir: Path, config: dict) -> str
     newest = max(unfinished, key=lambda p: p.stat().st_mtime)
     print(f"[resume] an unfinished run with this config: resuming from {newest}")
     return str(newest)
+
+
+def check_checkpoint(path: Path) -> None:
+    """Fail unless ``path`` is a Lightning checkpoint: a torch zip archive whose pickle holds its training state.
+
+    Reads the archive's directory and its small pickle only (no tensor), so a multi-GB checkpoint is checked in
+    milliseconds, before Lightning would fail on it with torch's own unpickling message.
+    """
+    if not zipfile.is_zipfile(path):
+        raise ValueError(f"resume_from={path}: not a checkpoint (not a torch archive, or truncated); "
+                         "give a .ckpt that train.py wrote under <run>/checkpoints/")  # fmt: skip
+    with zipfile.ZipFile(path) as archive:
+        pickles = [name for name in archive.namelist() if name.split("/")[-1] == "data.pkl"]
+        state = archive.read(pickles[0]) if pickles else b""
+    missing = [key for key in ("state_dict", "global_step", "optimizer_states") if key.encode() not in state]
+    if missing:
+        raise ValueError(f"resume_from={path}: a torch file but not a Lightning training checkpoint "
+                         f"(no {', '.join(missing)}); give a .ckpt that train.py wrote")  # fmt: skip
 
 
 def output_root(out_dir: Path) -> Path:

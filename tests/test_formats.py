@@ -178,3 +178,9 @@ def test_beir_ids_must_be_strings(tmp_path: Path, value: str, shown: str) -> Non
     path = write(tmp_path / "corpus.jsonl", record)
     with pytest.raises(FormatError, match=rf"corpus.jsonl:2: '_id' must be a string, not {re.escape(shown)}"):
         read_beir_jsonl(path, "document")
+
+
+@pytest.mark.parametrize("content", ["", "query-id\tcorpus-id\tscore\n"])
+def test_qrels_without_a_judgement_name_the_file(tmp_path: Path, content: str) -> None:
+    with pytest.raises(FormatError, match=r"qrels.dev.tsv: no judgements"):
+        read_qrels(write(tmp_path / "qrels.dev.tsv", content))

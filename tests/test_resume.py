@@ -99,3 +99,19 @@ def test_killed_run_resumes_and_ends_like_an_uninterrupted_one(tiny_dir: Path, t
     rows = json.loads((tmp_path / "cmp" / "comparison.json").read_text())["rows"]
     assert rows[0]["wins"] + rows[0]["losses"] + rows[0]["ties"] == 30
     assert {k: v for k, v in rows[1].items() if k != "system"} == {k: v for k, v in rows[0].items() if k != "system"}
+
+
+def test_resume_from_a_file_that_is_not_a_checkpoint_names_it(tmp_path: Path) -> None:
+    junk, weights, checkpoint = tmp_path / "junk.ckpt", tmp_path / "weights.pt", tmp_path / "last.ckpt"
+    junk.write_bytes(b"not a checkpoint")
+    torch.save({"encoder.weight": torch.zeros(2)}, weights)
+    torch.save({"state_dict": {"w": torch.zeros(2)}, "global_step": 4, "optimizer_states": [], "epoch": 0}, checkpoint)
+    with pytest.raises(ValueError, match=r"resume_from=.*junk.ckpt: not a checkpoint"):
+        find_checkpoint(str(junk), tmp_path, {})
+    with pytest.raises(ValueError, match=r"weights.pt: a torch file but not a Lightning training checkpoint"):
+        find_checkpoint(str(weights), tmp_path, {})
+    truncated = tmp_path / "truncated.ckpt"
+    truncated.write_bytes(checkpoint.read_bytes()[:-100])
+    with pytest.raises(ValueError, match="not a checkpoint"):
+        find_checkpoint(str(truncated), tmp_path, {})
+    assert find_checkpoint(str(checkpoint), tmp_path, {}) == str(checkpoint)

@@ -109,6 +109,8 @@ def read_qrels(path: str | Path) -> Qrels:
         if docid in qrels.setdefault(qid, {}):
             raise FormatError(path, lineno, f"duplicate judgement for ({qid!r}, {docid!r})")
         qrels[qid][docid] = grade
+    if not qrels:
+        raise FormatError(path, None, "no judgements: the split has no query to train on or evaluate")
     return qrels
 
 
