@@ -184,3 +184,22 @@ def test_beir_ids_must_be_strings(tmp_path: Path, value: str, shown: str) -> Non
 def test_qrels_without_a_judgement_name_the_file(tmp_path: Path, content: str) -> None:
     with pytest.raises(FormatError, match=r"qrels.dev.tsv: no judgements"):
         read_qrels(write(tmp_path / "qrels.dev.tsv", content))
+
+
+def test_the_corpus_fingerprint_follows_the_corpus_file_whatever_its_name(tmp_path: Path) -> None:
+    from retrieval_zoo.data.collections import Collection
+
+    write(tmp_path / "queries.tsv", "10\tquery\n")
+    write(tmp_path / "qrels.tsv", "10\t0\t1\t1\n")
+
+    def load():
+        return msmarco_tsv("toy", str(tmp_path), "passages.tsv", {"dev": "queries.tsv"}, {"dev": "qrels.tsv"})
+
+    write(tmp_path / "passages.tsv", "1\tdoc one\n2\tdoc two\n")
+    before = load().corpus_fingerprint
+    write(tmp_path / "queries.tsv", "10\tanother query\n")
+    assert load().corpus_fingerprint == before  # the queries are not the corpus
+    write(tmp_path / "passages.tsv", "1\tdoc one, edited\n2\tdoc two\n")
+    assert load().corpus_fingerprint != before  # a stale BM25 index is not served for an edited passages.tsv
+    in_memory = [Collection("m", {"1": text}, {}, {}).corpus_fingerprint for text in ("a", "b")]
+    assert in_memory[0] != in_memory[1]

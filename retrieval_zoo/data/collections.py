@@ -36,6 +36,7 @@ class Collection:
         queries: split → (qid → text).
         qrels: split → qrels; only judged queries of a split are evaluated or trained on.
         files: The files it was read from, whose content defines :attr:`fingerprint`.
+        corpus_files: Those of ``files`` that hold the documents, whose content defines :attr:`corpus_fingerprint`.
         train_split: The split training queries come from.
         eval_split: The split evaluation reports by default (MS MARCO: dev-small).
     """
@@ -47,12 +48,18 @@ class Collection:
     files: list[Path] = field(default_factory=list)
     train_split: str = "train"
     eval_split: str = "dev"
+    corpus_files: list[Path] = field(default_factory=list)
 
     @cached_property
     def corpus_fingerprint(self) -> str:
-        """Hash of the corpus file(s) only: keys artifacts that depend on documents, such as the BM25 index."""
-        corpus_files = [p for p in self.files if "collection" in p.name or "corpus" in p.name]
-        return fingerprint([file_digest(p) for p in corpus_files])
+        """Hash of the corpus: keys artifacts that depend on documents only, such as the BM25 index.
+
+        The content of :attr:`corpus_files`, whatever they are named; a collection built in memory, without files,
+        is hashed from its documents.
+        """
+        if self.corpus_files:
+            return fingerprint([file_digest(p) for p in self.corpus_files])
+        return fingerprint("in-memory corpus", sorted(self.corpus.items()))
 
     @cached_property
     def fingerprint(self) -> str:
@@ -119,7 +126,7 @@ def msmarco_tsv(
         split_qrels[split] = read_qrels(base / f)
         check_ids(base / f, split_qrels[split], split_queries.get(split, {}), corpus)
     files = [base / collection, *(base / f for f in queries.values()), *(base / f for f in qrels.values())]
-    return Collection(name, corpus, split_queries, split_qrels, files, train_split, eval_split)
+    return Collection(name, corpus, split_queries, split_qrels, files, train_split, eval_split, [base / collection])
 
 
 def embedded(variant: str = "default") -> Collection:
@@ -152,4 +159,4 @@ def beir(name: str, root: str, splits: list[str], train_split: str = "train", ev
         check_ids(path, split_qrels[split], all_queries, corpus)
         split_queries[split] = {q: all_queries[q] for q in split_qrels[split]}
     files = [base / "corpus.jsonl", base / "queries.jsonl", *(base / "qrels" / f"{s}.tsv" for s in splits)]
-    return Collection(name, corpus, split_queries, split_qrels, files, train_split, eval_split)
+    return Collection(name, corpus, split_queries, split_qrels, files, train_split, eval_split, files[:1])
