@@ -6,6 +6,7 @@ python evaluate.py method=bm25 dataset=msmarco_passage dataset.root=/data/msmarc
 
 from __future__ import annotations
 
+import json
 from functools import partial
 from pathlib import Path
 
@@ -76,6 +77,32 @@ def apply_overrides(trained: DictConfig, cfg: DictConfig, overrides: list[str]) 
     return trained
 
 
+def reuse_tuned_weight(trained: DictConfig, run_dir: Path, trained_index: str, overrides: list[str]) -> None:
+    """Evaluate with the fusion weight the run tuned (``results.json``'s ``tuning``), without tuning it again.
+
+    ``trained`` is the run's config with the command line applied. The command line tunes again with
+    ``eval.tune_queries=N`` (N > 0) or ``index.weight_grid=[...]``, and sets a weight with ``index.weight=W``. Other
+    index settings (``index.slices=256``) are tuned again as the run's config says, unless ``eval.tune_queries=0``
+    asks for the run's weight; another index than the run's keeps its own weight. On another collection
+    (``dataset=...``, zero-shot) nothing is tuned unless asked: its training queries, if any, are not the run's.
+    """
+    keys = override_keys(overrides)
+    asked = trained.eval.tune_queries if "eval.tune_queries" in keys else None
+    if "index.weight_grid" in keys or "index.weight" in keys or (asked or 0) > 0:
+        return
+    if gives(overrides, "dataset"):
+        trained.eval.tune_queries = 0
+    if asked is None and trained.eval.tune_queries > 0 and gives(overrides, "index"):
+        return
+    results = run_dir / "results.json"
+    tuned = json.loads(results.read_text()).get("tuning") if results.exists() else None
+    if not tuned or trained.index_name != trained_index:
+        return
+    trained.index.weight, trained.eval.tune_queries = tuned["value"], 0
+    print(f"[evaluate] {tuned['parameter']} = {tuned['value']}, as the run tuned it on {tuned['queries']} held-out "
+          "queries (eval.tune_queries=N tunes it again)")  # fmt: skip
+
+
 def check_tuning_is_held_out(trained: DictConfig, overrides: list[str]) -> None:
     """λ tuning on the training collection must use queries the model did not train on."""
     other_collection = gives(overrides, "dataset")
@@ -93,12 +120,16 @@ def main(cfg: DictConfig) -> dict[str, dict[str, float]]:
     """Search the evaluation split, write the TREC run and results.json, print the table beside BM25.
 
     With ``run_dir``, the trained run's config is used (its evaluation settings and held-out tuning slice
-    included), with the command line's ``dataset``, ``bm25``, ``eval.*`` and ``method.*`` values on top.
+    included), with the command line's ``dataset``, ``bm25``, ``eval.*`` and ``method.*`` values on top, and the
+    fusion weight the run tuned (:func:`reuse_tuned_weight`).
     """
     out_dir = Path(HydraConfig.get().runtime.output_dir)
     if cfg.run_dir:
         run_dir, overrides = Path(cfg.run_dir), list(HydraConfig.get().overrides.task)
-        cfg = apply_overrides(trained_config(run_dir), cfg, overrides)
+        trained = trained_config(run_dir)
+        trained_index = str(trained.get("index_name"))
+        cfg = apply_overrides(trained, cfg, overrides)
+        reuse_tuned_weight(cfg, run_dir, trained_index, overrides)
         check_tuning_is_held_out(cfg, overrides)
         check_config(cfg)
         model = load_trained(run_dir, cfg)

@@ -93,6 +93,12 @@ def evaluate_method(
     """
     queries = collection.judged_queries(split)
     qrels = collection.qrels[split]
+    tuning_split = collection.train_split
+    if tune_queries and (tuning_split not in collection.qrels or not collection.judged_queries(tuning_split)):
+        raise ValueError(
+            f"eval.tune_queries={tune_queries}: {collection.name} has no judged '{tuning_split}' queries to tune the "
+            "fusion weight on; set eval.tune_queries=0 (and index.weight=W)"
+        )
     model.eval()  # every method: an untrained one may hold a dense part with dropout (dhr_bm25_dense)
     if model.trainable:
         model.to("cuda" if torch.cuda.is_available() else "cpu")

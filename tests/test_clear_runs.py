@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.conftest import beir_layout
 from tests.test_end_to_end import run_app, tiny_dataset
 
 
@@ -48,6 +49,18 @@ def test_clear_and_its_ablations_compose_and_run(tiny_dir: Path, tmp_path: Path)
     retuned = json.loads((again / "results.json").read_text())
     assert retuned["tuning"]["queries"] == 10 and set(retuned["tuning"]["curve"]) == {"0.5", "1.0", "2.0"}
     assert retuned["k"] == 100  # the run's evaluation settings carry over
+    # Without a tuning option, evaluate.py uses the lambda_test the run tuned: the run's numbers, tuned once.
+    reused = tmp_path / "reused"
+    run_app("evaluate.py", f"run_dir={jobs[0]}", f"hydra.run.dir={reused}")
+    trained, evaluated = (json.loads((d / "results.json").read_text()) for d in (jobs[0], reused))
+    assert evaluated["tuning"] == {} and evaluated["metrics"]["clear"] == pytest.approx(trained["metrics"]["clear"])
+    # Zero-shot on a BEIR directory, which has no training split: the run's lambda_test, nothing tuned.
+    zero_shot = tmp_path / "zero_shot"
+    beir_root = beir_layout(tiny_dir, tmp_path / "beir")
+    run_app("evaluate.py", f"run_dir={jobs[0]}", "dataset=beir", f"dataset.root={beir_root}", "dataset.name=tiny_beir",
+            f"hydra.run.dir={zero_shot}")  # fmt: skip
+    results = json.loads((zero_shot / "results.json").read_text())
+    assert results["collection"] == "tiny_beir" and results["tuning"] == {} and "clear" in results["metrics"]
     # Tuning on more queries than training held out would tune on trained-on queries: refused.
     failed = run_app("evaluate.py", f"run_dir={jobs[0]}", "eval.tune_queries=50", f"hydra.run.dir={again}", ok=False)
     assert "held out only 10 training queries" in failed
