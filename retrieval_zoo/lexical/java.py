@@ -16,6 +16,8 @@ from __future__ import annotations
 import atexit
 import multiprocessing
 import os
+import threading
+import time
 from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
@@ -71,7 +73,8 @@ class LuceneWorker:
         """Run ``fn(*args)`` in the JVM process and return its result (exceptions propagate)."""
         if cls._executor is None:
             context = multiprocessing.get_context("spawn")
-            cls._executor = ProcessPoolExecutor(max_workers=1, mp_context=context)
+            cls._executor = ProcessPoolExecutor(max_workers=1, mp_context=context, initializer=exit_with_parent,
+                                                initargs=(os.getpid(),))  # fmt: skip
             atexit.register(cls.shutdown)
         try:
             return cls._executor.submit(fn, *args).result()
@@ -88,3 +91,18 @@ class LuceneWorker:
         if cls._executor is not None:
             cls._executor.shutdown(wait=True, cancel_futures=True)
             cls._executor = None
+
+
+def exit_with_parent(parent: int, poll_seconds: float = 0.5) -> None:
+    """In the worker: exit as soon as the process that started it is gone.
+
+    A SIGKILL of ``train.py`` runs no ``atexit`` hook, and the worker (a JVM of several hundred MB) would live on,
+    reparented; a daemon thread watches the parent id instead, on any POSIX system.
+    """
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(poll_seconds)
+        os._exit(0)
+
+    threading.Thread(target=watch, name="exit-with-parent", daemon=True).start()
