@@ -7,10 +7,12 @@ never leaves a partial artifact that a later run would trust.
 
 from __future__ import annotations
 
+import glob
 import hashlib
 import json
 import os
 import shutil
+import socket
 import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -41,11 +43,15 @@ def cache_root() -> Path:
 def atomic_path(path: str | Path) -> Iterator[Path]:
     """Yield a temporary path next to ``path``; on success rename it over ``path`` (file or directory).
 
-    The temporary keeps the target's suffixes, so writers that look at the name (``.gz``) behave the same.
+    The temporary keeps the target's suffixes, so writers that look at the name (``.gz``) behave the same, and is
+    named after this host and process: the temporaries a killed process left of the same target are removed first
+    (:func:`remove_stale_temporaries`).
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix="".join(path.suffixes), dir=path.parent)
+    remove_stale_temporaries(path)
+    prefix = f"{temporary_prefix(path)}{os.getpid()}-"
+    fd, tmp_name = tempfile.mkstemp(prefix=prefix, suffix="".join(path.suffixes), dir=path.parent)
     os.close(fd)
     os.unlink(tmp_name)
     tmp = Path(tmp_name)
@@ -59,6 +65,40 @@ def atomic_path(path: str | Path) -> Iterator[Path]:
             shutil.rmtree(tmp, ignore_errors=True)
         elif tmp.exists():
             tmp.unlink()
+
+
+def temporary_prefix(path: Path) -> str:
+    """The name with which this host's temporaries of ``path`` begin; the writing process's id follows."""
+    return f".{path.name}.tmp-{socket.gethostname()}-"
+
+
+def remove_stale_temporaries(path: Path) -> None:
+    """Delete the temporaries of ``path`` that a process of this host left when it was killed before its rename.
+
+    Only processes of this host are judged (a shared cache directory may hold other hosts' work in progress), and
+    only those that are gone: a live writer's temporary is never touched.
+    """
+    prefix = temporary_prefix(path)
+    for tmp in path.parent.glob(glob.escape(prefix) + "*"):
+        pid = tmp.name[len(prefix) :].split("-", 1)[0]
+        if not pid.isdigit() or process_exists(int(pid)):
+            continue
+        print(f"[cache] removing {tmp}: left by process {pid}, which is gone")
+        if tmp.is_dir():
+            shutil.rmtree(tmp, ignore_errors=True)
+        else:
+            tmp.unlink(missing_ok=True)
+
+
+def process_exists(pid: int) -> bool:
+    """Whether a process with this id runs on this host."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process
+        return True
+    return True
 
 
 def write_json(path: str | Path, data: object) -> None:

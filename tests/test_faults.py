@@ -40,3 +40,21 @@ def test_the_lucene_worker_exits_when_its_parent_is_killed(tmp_path: Path) -> No
     while alive(worker) and time.monotonic() < deadline:
         time.sleep(0.1)
     assert not alive(worker)
+
+
+def test_temporaries_of_killed_writers_are_removed_and_live_ones_kept(tmp_path: Path) -> None:
+    import socket
+
+    from retrieval_zoo.cache import temporary_prefix, write_json
+
+    target = tmp_path / "index-abc"
+    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    prefix = temporary_prefix(target)
+    stale = tmp_path / f"{prefix}{int(gone.stdout)}-x1"  # a build killed between writing and renaming
+    live = tmp_path / f"{prefix}{os.getpid()}-x2"  # another writer of this host, at work
+    other_host = tmp_path / f".index-abc.tmp-not-{socket.gethostname()}-{int(gone.stdout)}-x3"
+    for folder in (stale, live, other_host):
+        folder.mkdir()
+        (folder / "segment").write_text("partial")
+    write_json(target, {"ok": True})
+    assert not stale.exists() and live.exists() and other_host.exists() and target.exists()
