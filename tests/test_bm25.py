@@ -1,3 +1,5 @@
+import json
+
 import pytest
 
 
@@ -64,3 +66,20 @@ def test_document_frequencies_of_analysed_terms(tiny, tiny_bm25) -> None:
     docids = list(tiny.corpus)[:60]
     terms = sorted({t for vector in tiny_bm25.document_term_weights(docids) for t in vector})
     assert all(df >= 1 for df in tiny_bm25.document_frequencies(terms))
+
+
+def test_a_damaged_cached_run_or_index_is_rebuilt_with_a_message(tiny, tmp_path, capsys) -> None:
+    from retrieval_zoo.lexical.bm25 import BM25
+
+    bm25 = BM25(tiny, threads=2, cache_dir=tmp_path)
+    queries = dict(list(tiny.judged_queries("dev").items())[:5])
+    expected = bm25.search(queries, k=5)
+    (run_file,) = (tmp_path / "bm25" / "runs").glob("run-k5-*.trec.gz")
+    run_file.write_bytes(run_file.read_bytes()[:-20])  # a truncated gzip
+    assert bm25.search(queries, k=5) == expected
+    assert "is damaged" in capsys.readouterr().out
+    ready = bm25.index_dir / "ready.json"
+    ready.write_text('{"documents": 4')
+    again = BM25(tiny, threads=2, cache_dir=tmp_path)
+    assert again.index_dir == bm25.index_dir and json.loads(ready.read_text())["documents"] == len(tiny.corpus)
+    assert "building the index again" in capsys.readouterr().out

@@ -96,3 +96,18 @@ def test_dlrs_from_predicted_shards_equal_the_on_demand_ones(tiny, tiny_bm25, tm
     # float32 storage: the same values, and the same winning ids in every slice
     assert torch.equal(from_files.values, on_demand.values) and torch.equal(from_files.indices, on_demand.indices)
     assert from_files.docids == on_demand.docids
+
+
+def test_a_damaged_shard_or_manifest_is_encoded_again_or_named(tmp_path) -> None:
+    shards = CorpusShards(DOCIDS, 2, tmp_path)
+    for shard in range(len(shards)):
+        shards.write(shard, payload(shards.shard_docids(shard)))
+    whole = shards.path(1).read_bytes()
+    shards.path(1).write_bytes(whole[: len(whole) // 2])  # truncated: a full disk, a copy cut short
+    assert shards.missing() == [1] and not shards.path(1).exists()  # encoded again, not trusted
+    shards.path(1).write_bytes(b"not a torch file")
+    with pytest.raises(ValueError, match=r"shard-00001.pt: shard 1 is damaged .*delete the file"):
+        shards.read(1)
+    (tmp_path / "manifest.json").write_text('{"documents": 5, "sha')
+    with pytest.raises(ValueError, match=r"manifest.json: damaged .*delete the folder"):
+        CorpusShards(DOCIDS, 2, tmp_path)

@@ -15,6 +15,7 @@ from __future__ import annotations
 import hashlib
 import heapq
 import json
+import zipfile
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
@@ -68,7 +69,10 @@ class CorpusShards:
         if not path.exists():
             write_json(path, manifest)
             return
-        found = json.loads(path.read_text())
+        try:
+            found = json.loads(path.read_text())
+        except (json.JSONDecodeError, UnicodeDecodeError) as error:
+            raise ValueError(f"{path}: damaged ({error}); delete the folder {self.folder} to re-encode") from None
         if found != manifest:
             differs = sorted(k for k in manifest if found.get(k) != manifest[k])
             raise ValueError(f"{path}: the encoded shards there were written for another corpus or shard size "
@@ -89,9 +93,14 @@ class CorpusShards:
         return self.folder / f"shard-{shard:05d}.pt"
 
     def missing(self) -> list[int]:
-        """The shards not yet written."""
+        """The shards not yet written; a damaged file (not a complete torch archive) is removed and counts as one."""
         if self.folder is None:
             return []
+        for shard in range(len(self)):
+            path = self.path(shard)
+            if path.exists() and not zipfile.is_zipfile(path):
+                print(f"[encode] {path} is damaged (not a complete torch archive): encoding shard {shard} again")
+                path.unlink()
         return [s for s in range(len(self)) if not self.path(s).exists()]
 
     def write(self, shard: int, payload: Payload, rank: int = 0) -> None:
@@ -109,7 +118,11 @@ class CorpusShards:
         path = self.path(shard)
         if not path.exists():
             raise FileNotFoundError(f"{path}: shard {shard} of {len(self)} was never written; encode the corpus first")
-        record = torch.load(path, map_location="cpu", weights_only=True)
+        try:
+            record = torch.load(path, map_location="cpu", weights_only=True)
+        except Exception as error:  # truncated, overwritten, another format: name the file, not torch's internals
+            raise ValueError(f"{path}: shard {shard} is damaged (torch cannot read it: {type(error).__name__}); "
+                             "delete the file and encode again (missing shards are re-encoded)") from None  # fmt: skip
         if record["documents"] != len(self.shard_docids(shard)):
             raise ValueError(f"{path}: holds {record['documents']} documents, shard {shard} has "
                              f"{len(self.shard_docids(shard))}; delete the folder to re-encode")  # fmt: skip

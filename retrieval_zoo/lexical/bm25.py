@@ -13,6 +13,7 @@ import os
 import shutil
 import tempfile
 import time
+import zlib
 from functools import cached_property
 from pathlib import Path
 
@@ -20,7 +21,7 @@ import numpy as np
 
 from retrieval_zoo.cache import atomic_path, cache_root, fingerprint
 from retrieval_zoo.data.collections import Collection
-from retrieval_zoo.data.formats import Run, read_run, write_id_text_tsv
+from retrieval_zoo.data.formats import FormatError, Run, read_run, write_id_text_tsv
 from retrieval_zoo.lexical import lucene_ops
 from retrieval_zoo.lexical.java import LuceneWorker
 
@@ -54,9 +55,10 @@ class BM25:
     def index_dir(self) -> Path:
         """The Lucene index of the corpus, built on first use and cached by the corpus content."""
         path = self.cache / "bm25" / f"index-{fingerprint(self.collection.corpus_fingerprint, INDEX_FORMAT)}"
-        if not (path / "ready.json").exists():
+        stats = read_ready(path)
+        if stats is None:
             self._build_index(path)
-        stats = json.loads((path / "ready.json").read_text())
+            stats = read_ready(path)
         corpus = self.collection.corpus
         if stats.get("corpus") != self.collection.corpus_fingerprint or stats["documents"] != len(corpus):
             raise ValueError(
@@ -101,7 +103,8 @@ class BM25:
         """
         key = fingerprint(self.collection.corpus_fingerprint, sorted(queries.items()), k, self.k1, self.b)
         path = self.cache / "bm25" / "runs" / f"run-k{k}-{key}.trec.gz"
-        if not path.exists():
+        run = read_cached_run(path)
+        if run is None:
             index_dir = self.index_dir
             print(f"[bm25] top-{k} for {len(queries):,} queries of {self.collection.name}")
             path.parent.mkdir(parents=True, exist_ok=True)
@@ -115,7 +118,7 @@ class BM25:
                 LuceneWorker.call(lucene_ops.run_main, "io.anserini.search.SearchCollection", args)
                 with atomic_path(path) as gz_path, open(out, "rb") as src, gzip.open(gz_path, "wb") as dst:
                     shutil.copyfileobj(src, dst)
-        run = read_run(path)
+            run = read_run(path)
         unknown = set(run) - set(queries)
         if unknown:
             raise ValueError(f"{path}: run holds queries that were not asked for: {sorted(unknown)[:5]}")
@@ -169,3 +172,28 @@ class BM25:
     def document_frequencies(self, terms: list[str]) -> list[int]:
         """Document frequency of each analysed term."""
         return LuceneWorker.call(lucene_ops.document_frequencies, str(self.index_dir), terms)
+
+
+def read_ready(index: Path) -> dict | None:
+    """The ``ready.json`` a complete index ends with; None (and the index removed) when it is missing or damaged."""
+    ready = index / "ready.json"
+    if not ready.exists():
+        return None
+    try:
+        return json.loads(ready.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as error:
+        print(f"[bm25] {ready} is damaged ({error}): building the index again")
+        shutil.rmtree(index)
+        return None
+
+
+def read_cached_run(path: Path) -> Run | None:
+    """A cached run; None (and the file removed) when it is missing or damaged (truncated, not gzip, malformed)."""
+    if not path.exists():
+        return None
+    try:
+        return read_run(path)
+    except (EOFError, OSError, zlib.error, FormatError) as error:
+        print(f"[bm25] cached run {path} is damaged ({error}): searching again")
+        path.unlink()
+        return None
