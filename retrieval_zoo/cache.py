@@ -18,6 +18,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from filelock import FileLock
+
 
 def fingerprint(*parts: object) -> str:
     """A short stable hash of JSON-serialisable parts (strings, numbers, dicts, lists)."""
@@ -65,6 +67,17 @@ def atomic_path(path: str | Path) -> Iterator[Path]:
             shutil.rmtree(tmp, ignore_errors=True)
         elif tmp.exists():
             tmp.unlink()
+
+
+def entry_lock(path: str | Path) -> FileLock:
+    """An inter-process lock for building the cache entry ``path`` (a file ``<path>.lock`` beside it).
+
+    Concurrent runs on one cache (a parallel sweep, array jobs on a shared home, two terminals) build an entry once:
+    each takes the lock, looks again, and builds only what is still missing; the others wait and read it.
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    return FileLock(str(path) + ".lock")
 
 
 def temporary_prefix(path: Path) -> str:

@@ -1,11 +1,14 @@
 """Faults a run must survive without leaving anything behind: a killed parent, stale temporaries."""
 
+import json
 import os
 import subprocess
 import sys
 import textwrap
 import time
 from pathlib import Path
+
+import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -58,3 +61,30 @@ def test_temporaries_of_killed_writers_are_removed_and_live_ones_kept(tmp_path: 
         (folder / "segment").write_text("partial")
     write_json(target, {"ok": True})
     assert not stale.exists() and live.exists() and other_host.exists() and target.exists()
+
+
+@pytest.mark.slow
+def test_concurrent_runs_on_one_fresh_cache_build_each_entry_once(tiny_dir: Path, tmp_path: Path) -> None:
+    from tests.test_end_to_end import tiny_dataset
+
+    env = {**os.environ, "RETRIEVAL_ZOO_CACHE": str(tmp_path / "cache"), "WANDB_MODE": "disabled",
+           "HF_HUB_OFFLINE": "1"}  # fmt: skip
+    command = [sys.executable, "evaluate.py", "method=bm25", *tiny_dataset(tiny_dir), "eval.k=100"]
+    runs = [
+        subprocess.Popen(
+            [*command, f"hydra.run.dir={tmp_path / str(i)}"],
+            cwd=REPO,
+            env=env,
+            text=True,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+        )  # fmt: skip
+        for i in range(4)
+    ]
+    outputs = [run.communicate(timeout=600)[0] for run in runs]
+    assert [run.returncode for run in runs] == [0] * 4, "\n".join(o[-2000:] for o in outputs)
+    logs = "\n".join(outputs)
+    assert logs.count("[bm25] indexing") == 1  # one process built the index; the others waited and read it
+    assert logs.count("[bm25] top-100 for 30 queries") == 1
+    results = [(tmp_path / str(i) / "results.json").read_text() for i in range(4)]
+    assert len({json.dumps(json.loads(r)["metrics"], sort_keys=True) for r in results}) == 1

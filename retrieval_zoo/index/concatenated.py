@@ -13,7 +13,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from retrieval_zoo.batching import encode_all
-from retrieval_zoo.cache import atomic_path, fingerprint
+from retrieval_zoo.cache import atomic_path, entry_lock, fingerprint
 from retrieval_zoo.data.collections import Collection
 from retrieval_zoo.data.formats import Run
 from retrieval_zoo.index.base import Index
@@ -76,14 +76,15 @@ def doc_lexical_matrix(projection: Any, bm25: BM25, docids: list[str]) -> np.nda
     """d_lex = A·d_bm25 of every document (RoC Eq. 3), cached by corpus, BM25 parameters and projection."""
     key = fingerprint(bm25.collection.corpus_fingerprint, bm25.k1, bm25.b, projection.dim, projection.seed)
     path = bm25.cache / "roc" / f"doc-lex-{key}.npy"
-    if path.exists():
-        return np.load(path)
-    matrix = np.concatenate([
-        projection.project(bm25.document_term_weights(docids[i : i + 4096], saturation_only=True)).numpy()
-        for i in range(0, len(docids), 4096)
-    ])  # fmt: skip
-    with atomic_path(path) as tmp, open(tmp, "wb") as f:
-        np.save(f, matrix)
+    with entry_lock(path):
+        if path.exists():
+            return np.load(path)
+        matrix = np.concatenate([
+            projection.project(bm25.document_term_weights(docids[i : i + 4096], saturation_only=True)).numpy()
+            for i in range(0, len(docids), 4096)
+        ])  # fmt: skip
+        with atomic_path(path) as tmp, open(tmp, "wb") as f:
+            np.save(f, matrix)
     return matrix
 
 

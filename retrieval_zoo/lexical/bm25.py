@@ -19,7 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
-from retrieval_zoo.cache import atomic_path, cache_root, fingerprint
+from retrieval_zoo.cache import atomic_path, cache_root, entry_lock, fingerprint
 from retrieval_zoo.data.collections import Collection
 from retrieval_zoo.data.formats import FormatError, Run, read_run, write_id_text_tsv
 from retrieval_zoo.lexical import lucene_ops
@@ -55,10 +55,11 @@ class BM25:
     def index_dir(self) -> Path:
         """The Lucene index of the corpus, built on first use and cached by the corpus content."""
         path = self.cache / "bm25" / f"index-{fingerprint(self.collection.corpus_fingerprint, INDEX_FORMAT)}"
-        stats = read_ready(path)
-        if stats is None:
-            self._build_index(path)
+        with entry_lock(path):  # concurrent runs build it once; the others wait, then read it
             stats = read_ready(path)
+            if stats is None:
+                self._build_index(path)
+                stats = read_ready(path)
         corpus = self.collection.corpus
         if stats.get("corpus") != self.collection.corpus_fingerprint or stats["documents"] != len(corpus):
             raise ValueError(
@@ -103,22 +104,12 @@ class BM25:
         """
         key = fingerprint(self.collection.corpus_fingerprint, sorted(queries.items()), k, self.k1, self.b)
         path = self.cache / "bm25" / "runs" / f"run-k{k}-{key}.trec.gz"
-        run = read_cached_run(path)
-        if run is None:
-            index_dir = self.index_dir
-            print(f"[bm25] top-{k} for {len(queries):,} queries of {self.collection.name}")
-            path.parent.mkdir(parents=True, exist_ok=True)
-            with tempfile.TemporaryDirectory(dir=path.parent) as scratch:
-                topics, out = Path(scratch) / "topics.tsv", Path(scratch) / "run.trec"
-                write_id_text_tsv(topics, queries)
-                args = ["-index", str(index_dir), "-topics", str(topics), "-topicReader", "TsvString"]
-                args += ["-output", str(out), "-bm25", "-bm25.k1", str(self.k1), "-bm25.b", str(self.b)]
-                args += ["-hits", str(k), "-threads", str(self.threads), "-parallelism", str(self.threads)]
-                args += ["-runtag", f"bm25_k1={self.k1}_b={self.b}"]
-                LuceneWorker.call(lucene_ops.run_main, "io.anserini.search.SearchCollection", args)
-                with atomic_path(path) as gz_path, open(out, "rb") as src, gzip.open(gz_path, "wb") as dst:
-                    shutil.copyfileobj(src, dst)
-            run = read_run(path)
+        index_dir = self.index_dir
+        with entry_lock(path):  # concurrent runs search once; the others wait, then read the file
+            run = read_cached_run(path)
+            if run is None:
+                self._search_into(path, index_dir, queries, k)
+                run = read_run(path)
         unknown = set(run) - set(queries)
         if unknown:
             raise ValueError(f"{path}: run holds queries that were not asked for: {sorted(unknown)[:5]}")
@@ -130,6 +121,20 @@ class BM25:
                 f"{self.collection.name}; the cache does not match the collection, delete it"
             )
         return {qid: run.get(qid, {}) for qid in queries}
+
+    def _search_into(self, path: Path, index_dir: Path, queries: dict[str, str], k: int) -> None:
+        """Run Anserini's SearchCollection over ``queries`` and store the run, gzip-compressed, at ``path``."""
+        print(f"[bm25] top-{k} for {len(queries):,} queries of {self.collection.name}")
+        with tempfile.TemporaryDirectory(dir=path.parent) as scratch:
+            topics, out = Path(scratch) / "topics.tsv", Path(scratch) / "run.trec"
+            write_id_text_tsv(topics, queries)
+            args = ["-index", str(index_dir), "-topics", str(topics), "-topicReader", "TsvString"]
+            args += ["-output", str(out), "-bm25", "-bm25.k1", str(self.k1), "-bm25.b", str(self.b)]
+            args += ["-hits", str(k), "-threads", str(self.threads), "-parallelism", str(self.threads)]
+            args += ["-runtag", f"bm25_k1={self.k1}_b={self.b}"]
+            LuceneWorker.call(lucene_ops.run_main, "io.anserini.search.SearchCollection", args)
+            with atomic_path(path) as gz_path, open(out, "rb") as src, gzip.open(gz_path, "wb") as dst:
+                shutil.copyfileobj(src, dst)
 
     def pair_scores(self, queries: dict[str, str], pairs: list[tuple[str, str]]) -> np.ndarray:
         """BM25(q, d) for arbitrary pairs, including documents outside any run's top N.
