@@ -7,7 +7,6 @@ never leaves a partial artifact that a later run would trust.
 
 from __future__ import annotations
 
-import glob
 import hashlib
 import json
 import os
@@ -19,6 +18,8 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from filelock import FileLock
+
+_SWEPT: set[Path] = set()  # folders this process has cleaned of stale temporaries
 
 
 def fingerprint(*parts: object) -> str:
@@ -51,7 +52,7 @@ def atomic_path(path: str | Path) -> Iterator[Path]:
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    remove_stale_temporaries(path)
+    remove_stale_temporaries(path.parent)
     prefix = f"{temporary_prefix(path)}{os.getpid()}-"
     fd, tmp_name = tempfile.mkstemp(prefix=prefix, suffix="".join(path.suffixes), dir=path.parent)
     os.close(fd)
@@ -85,15 +86,21 @@ def temporary_prefix(path: Path) -> str:
     return f".{path.name}.tmp-{socket.gethostname()}-"
 
 
-def remove_stale_temporaries(path: Path) -> None:
-    """Delete the temporaries of ``path`` that a process of this host left when it was killed before its rename.
+def remove_stale_temporaries(folder: Path) -> None:
+    """Delete the temporaries in ``folder`` that processes of this host left when they were killed before renaming.
 
-    Only processes of this host are judged (a shared cache directory may hold other hosts' work in progress), and
-    only those that are gone: a live writer's temporary is never touched.
+    Once per folder and process, so a folder of many shards is listed once, not at every write. Only processes of
+    this host are judged (a shared cache may hold other hosts' work in progress), and only those that are gone: a
+    live writer's temporary is never touched.
     """
-    prefix = temporary_prefix(path)
-    for tmp in path.parent.glob(glob.escape(prefix) + "*"):
-        pid = tmp.name[len(prefix) :].split("-", 1)[0]
+    if folder in _SWEPT:
+        return
+    _SWEPT.add(folder)
+    marker = f".tmp-{socket.gethostname()}-"
+    for tmp in folder.iterdir():
+        if not tmp.name.startswith(".") or marker not in tmp.name:
+            continue
+        pid = tmp.name.split(marker, 1)[1].split("-", 1)[0]
         if not pid.isdigit() or process_exists(int(pid)):
             continue
         print(f"[cache] removing {tmp}: left by process {pid}, which is gone")
