@@ -150,23 +150,33 @@ def orthogonality(
     return query_cos.pow(2).mean() + doc_cos.pow(2).mean()
 
 
-def kl_distillation(student: torch.Tensor, teacher: torch.Tensor) -> torch.Tensor:
-    """KL(p_teacher ‖ p_student) between softmaxes over each query's candidates (delade-dhr.md's "+" models).
+KL_DIRECTIONS = ("teacher_student", "student_teacher")
 
-    L = mean_i Σ_j p_t(j | q_i) · (log p_t(j | q_i) − log p_s(j | q_i)), p = softmax of the scores over the group,
-    as the reference code's ``KLDivLoss(reduction="batchmean")``.
+
+def kl_distillation(student: torch.Tensor, teacher: torch.Tensor, direction: str = "teacher_student") -> torch.Tensor:
+    """KL divergence between the softmaxes of student and teacher scores over each query's candidates.
+
+    ``teacher_student``: KL(p_t ‖ p_s) = mean_i Σ_j p_t(j | q_i) · (log p_t(j | q_i) − log p_s(j | q_i)), as the
+    DeLADE reference code's ``KLDivLoss(reduction="batchmean")`` (delade-dhr.md's "+" models).
+    ``student_teacher``: KL(p_s ‖ p_t) = mean_i Σ_j p_s(j | q_i) · (log p_s(j | q_i) − log p_t(j | q_i)), the
+    direction of RocketQAv2, which csurf.md §3.5 cites for L_KL (the sum there is weighted by the model's s̃).
 
     Args:
         student: (B, G) the model's scores of each query's group.
         teacher: (B, G) the teacher's scores of the same documents.
+        direction: ``teacher_student`` or ``student_teacher``.
 
     Returns:
         Scalar mean loss.
     """
     if student.shape != teacher.shape:
         raise ValueError(f"student scores {tuple(student.shape)} and teacher scores {tuple(teacher.shape)} differ")
-    return F.kl_div(F.log_softmax(student, dim=1), F.log_softmax(teacher.to(student.dtype), dim=1), log_target=True,
-                    reduction="batchmean")  # fmt: skip
+    if direction not in KL_DIRECTIONS:
+        raise ValueError(f"direction must be one of {KL_DIRECTIONS}, not {direction!r}")
+    log_student, log_teacher = F.log_softmax(student, dim=1), F.log_softmax(teacher.to(student.dtype), dim=1)
+    if direction == "teacher_student":
+        return F.kl_div(log_student, log_teacher, log_target=True, reduction="batchmean")
+    return (log_student.exp() * (log_student - log_teacher)).sum(dim=1).mean()
 
 
 def flops(mean_weights: torch.Tensor) -> torch.Tensor:

@@ -144,3 +144,19 @@ def test_masking_touches_only_exact_matches_in_the_configured_fraction() -> None
     counts = [int((mask_exact_matches(docs, query, 0.15, mask, [cls, sep, pad, mask], g)[2] == mask).sum())
               for _ in range(2000)]  # fmt: skip
     assert sum(counts) / 2000 == pytest.approx(0.3, abs=0.04)
+
+
+def test_kl_distillation_in_both_directions_by_hand() -> None:
+    """Student scores (0, 0) give p_s = (1/2, 1/2); teacher scores (ln 3, 0) give p_t = (3/4, 1/4)."""
+    from retrieval_zoo.losses import kl_distillation
+
+    student, teacher = torch.tensor([[0.0, 0.0]]), torch.tensor([[math.log(3.0), 0.0]])
+    teacher_student = 0.75 * math.log(0.75 / 0.5) + 0.25 * math.log(0.25 / 0.5)  # KL(p_t ‖ p_s) = 0.130812
+    student_teacher = 0.5 * math.log(0.5 / 0.75) + 0.5 * math.log(0.5 / 0.25)  # KL(p_s ‖ p_t) = 0.143841
+    assert kl_distillation(student, teacher).item() == pytest.approx(teacher_student, abs=1e-6)
+    assert kl_distillation(student, teacher, "student_teacher").item() == pytest.approx(student_teacher, abs=1e-6)
+    student.requires_grad_(True)
+    kl_distillation(student, teacher, "student_teacher").backward()
+    assert student.grad[0, 0] < 0 < student.grad[0, 1]  # pulls the student towards the teacher's first document
+    with pytest.raises(ValueError, match="direction must be one of"):
+        kl_distillation(student, teacher, "both")

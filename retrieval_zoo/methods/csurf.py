@@ -22,7 +22,14 @@ from retrieval_zoo.distributed import global_mean
 from retrieval_zoo.encoder import Encoder
 from retrieval_zoo.lexical.csf import BAGS, CsfBags, Postings, csf_bags, gather_bags, max_sum_scores
 from retrieval_zoo.lexical.splade import max_pooled_logits, mlm_head_parts
-from retrieval_zoo.losses import contrastive_nll, flops, kl_distillation, own_group, quadratic_warmup
+from retrieval_zoo.losses import (
+    KL_DIRECTIONS,
+    contrastive_nll,
+    flops,
+    kl_distillation,
+    own_group,
+    quadratic_warmup,
+)
 from retrieval_zoo.methods.base import Optim, RetrievalMethod
 from retrieval_zoo.rows import take_rows
 from retrieval_zoo.training.datamodule import TrainBatch
@@ -44,7 +51,9 @@ class CSurF(RetrievalMethod):
         flops_warmup_steps: Steps over which both λ rise quadratically from 0 (0 = no warm-up).
         in_batch_negatives: Score each query against every document of the batch.
         gather_across_devices: Under DDP, in-batch negatives are the global batch's documents (with gradients).
-        kd_weight: Weight of KL(teacher ‖ model) over each query's group (L_HN); > 0 needs ``data.teacher_run``.
+        kd_weight: Weight of L_KL over each query's group (L_HN, §3.5); > 0 needs ``data.teacher_run``.
+        kd_direction: ``student_teacher``, KL(model ‖ teacher), the paper's reading of L_KL (RocketQAv2's, which §3.5
+            cites), or ``teacher_student``, KL(teacher ‖ model) (:func:`retrieval_zoo.losses.kl_distillation`).
         val_k: Validation retrieval depth.
     """
 
@@ -63,9 +72,12 @@ class CSurF(RetrievalMethod):
         in_batch_negatives: bool = True,
         gather_across_devices: bool = True,
         kd_weight: float = 0.0,
+        kd_direction: str = "student_teacher",
         val_k: int = 100,
     ) -> None:
         super().__init__(encoder, optim, val_k)
+        if kd_direction not in KL_DIRECTIONS:
+            raise ValueError(f"kd_direction must be one of {KL_DIRECTIONS}, not {kd_direction!r}")
         if similarity not in SIMILARITIES:
             raise ValueError(f"similarity must be one of {SIMILARITIES}, not {similarity!r}")
         if bags not in BAGS:
@@ -76,7 +88,7 @@ class CSurF(RetrievalMethod):
         self.similarity, self.bags = similarity, bags
         self.lambda_q, self.lambda_d, self.flops_warmup_steps = lambda_q, lambda_d, flops_warmup_steps
         self.in_batch_negatives, self.gather_across_devices = in_batch_negatives, gather_across_devices
-        self.kd_weight = kd_weight
+        self.kd_weight, self.kd_direction = kd_weight, kd_direction
         self.needs = frozenset({"teacher_scores"}) if kd_weight > 0 else frozenset()
         self.register_buffer("special_ids", torch.tensor(encoder.tokenizer.all_special_ids), persistent=False)
 
@@ -133,7 +145,8 @@ class CSurF(RetrievalMethod):
         }
         group_scores = own_group(scores, group, first)  # (B, G)
         if self.kd_weight > 0:
-            losses["kd"] = self.kd_weight * kl_distillation(group_scores, batch.teacher_scores.to(scores.device))
+            teacher = batch.teacher_scores.to(scores.device)
+            losses["kd"] = self.kd_weight * kl_distillation(group_scores, teacher, self.kd_direction)  # L_KL, §3.5
         diagnostics = {
             "accuracy": accuracy,
             "csf_per_query": q.counts().float().mean(),
