@@ -83,3 +83,14 @@ def test_a_damaged_cached_run_or_index_is_rebuilt_with_a_message(tiny, tmp_path,
     again = BM25(tiny, threads=2, cache_dir=tmp_path)
     assert again.index_dir == bm25.index_dir and json.loads(ready.read_text())["documents"] == len(tiny.corpus)
     assert "building the index again" in capsys.readouterr().out
+
+
+def test_a_truncated_lucene_file_is_found_and_the_index_rebuilt(tiny, tmp_path, capsys) -> None:
+    from retrieval_zoo.lexical.bm25 import BM25
+
+    index = BM25(tiny, threads=2, cache_dir=tmp_path).index_dir
+    segment = max((f for f in index.iterdir() if f.name != "ready.json"), key=lambda f: f.stat().st_size)
+    segment.write_bytes(segment.read_bytes()[:-10])
+    queries = dict(list(tiny.judged_queries("dev").items())[:3])
+    run = BM25(tiny, threads=2, cache_dir=tmp_path).search(queries, k=5)
+    assert "is missing or not the size the build wrote" in capsys.readouterr().out and len(run) == 3

@@ -83,7 +83,7 @@ class BM25:
             LuceneWorker.call(lucene_ops.run_main, "io.anserini.index.IndexCollection", args)
             seconds = time.perf_counter() - started
             stats = {"documents": len(self.collection.corpus), "corpus": self.collection.corpus_fingerprint}
-            stats |= {"seconds": seconds, "format": INDEX_FORMAT}
+            stats |= {"seconds": seconds, "format": INDEX_FORMAT, "files": file_sizes(tmp_index)}
             (tmp_index / "ready.json").write_text(json.dumps(stats))
         self.index_seconds = seconds
 
@@ -180,16 +180,30 @@ class BM25:
 
 
 def read_ready(index: Path) -> dict | None:
-    """The ``ready.json`` a complete index ends with; None (and the index removed) when it is missing or damaged."""
+    """The ``ready.json`` a complete index ends with; None (and the index removed) when it is missing or damaged.
+
+    Damaged: ``ready.json`` unreadable, or a Lucene file missing or of another size than the build recorded.
+    """
     ready = index / "ready.json"
     if not ready.exists():
         return None
     try:
-        return json.loads(ready.read_text())
+        stats = json.loads(ready.read_text())
+        problem = None
     except (json.JSONDecodeError, UnicodeDecodeError) as error:
-        print(f"[bm25] {ready} is damaged ({error}): building the index again")
+        stats, problem = None, f"{ready} is damaged ({error})"
+    if stats is not None and "files" in stats and file_sizes(index) != stats["files"]:  # indexes before it: trusted
+        changed = sorted(set(file_sizes(index).items()) ^ set(stats["files"].items()))[0][0]
+        stats, problem = None, f"{index}: {changed} is missing or not the size the build wrote"
+    if problem:
+        print(f"[bm25] {problem}: building the index again")
         shutil.rmtree(index)
-        return None
+    return stats
+
+
+def file_sizes(index: Path) -> dict[str, int]:
+    """Name → size of the Lucene files of an index (``ready.json`` aside): what a complete build wrote."""
+    return {f.name: f.stat().st_size for f in sorted(index.iterdir()) if f.is_file() and f.name != "ready.json"}
 
 
 def read_cached_run(path: Path) -> Run | None:
