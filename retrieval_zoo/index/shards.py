@@ -100,7 +100,7 @@ class CorpusShards:
             path = self.path(shard)
             if path.exists() and not zipfile.is_zipfile(path):
                 print(f"[encode] {path} is damaged (not a complete torch archive): encoding shard {shard} again")
-                path.unlink()
+                path.unlink(missing_ok=True)  # another rank may have removed it first
         return [s for s in range(len(self)) if not self.path(s).exists()]
 
     def write(self, shard: int, payload: Payload, rank: int = 0) -> None:
