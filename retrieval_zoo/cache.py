@@ -81,9 +81,14 @@ def entry_lock(path: str | Path) -> FileLock:
     return FileLock(str(path) + ".lock")
 
 
+def host_marker() -> str:
+    """What this host's temporaries carry after the entry's name; the writing process's id follows."""
+    return f".tmp-{socket.gethostname()}-"
+
+
 def temporary_prefix(path: Path) -> str:
     """The name with which this host's temporaries of ``path`` begin; the writing process's id follows."""
-    return f".{path.name}.tmp-{socket.gethostname()}-"
+    return f".{path.name}{host_marker()}"
 
 
 def remove_stale_temporaries(folder: Path) -> None:
@@ -96,7 +101,7 @@ def remove_stale_temporaries(folder: Path) -> None:
     if folder in _SWEPT:
         return
     _SWEPT.add(folder)
-    marker = f".tmp-{socket.gethostname()}-"
+    marker = host_marker()
     for tmp in folder.iterdir():
         if not tmp.name.startswith(".") or marker not in tmp.name:
             continue

@@ -192,9 +192,11 @@ def read_ready(index: Path) -> dict | None:
         problem = None
     except (json.JSONDecodeError, UnicodeDecodeError) as error:
         stats, problem = None, f"{ready} is damaged ({error})"
-    if stats is not None and "files" in stats and file_sizes(index) != stats["files"]:  # indexes before it: trusted
-        changed = sorted(set(file_sizes(index).items()) ^ set(stats["files"].items()))[0][0]
-        stats, problem = None, f"{index}: {changed} is missing or not the size the build wrote"
+    if stats is not None and "files" in stats:  # indexes built before sizes were recorded: trusted
+        differing = set(file_sizes(index).items()) ^ set(stats["files"].items())
+        if differing:
+            changed = sorted(differing)[0][0]
+            stats, problem = None, f"{index}: {changed} is missing or not the size the build wrote"
     if problem:
         print(f"[bm25] {problem}: building the index again")
         shutil.rmtree(index)
