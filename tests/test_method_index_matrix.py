@@ -73,7 +73,7 @@ def brute_force(model, index, retriever, tiny, bm25, queries, payload) -> dict[s
             if representation == "lexical_semantic":
                 project = model.projection.project
                 q_lex = project(bm25.query_idf(texts))
-                d_lex = project(bm25.document_term_weights(docids, saturation_only=True))
+                d_lex = project(bm25.document_term_weights(docids, saturation_only=True)) * (bm25.k1 + 1)  # Eq. 3
                 scores = q_lex @ d_lex.T + index.weight * semantic
     return {qid: dict(zip(docids, row.tolist(), strict=True)) for qid, row in zip(queries, scores, strict=True)}
 
