@@ -83,7 +83,8 @@ def reuse_tuned_weight(trained: DictConfig, run_dir: Path, trained_index: str, o
     ``trained`` is the run's config with the command line applied. The command line tunes again with
     ``eval.tune_queries=N`` (N > 0) or ``index.weight_grid=[...]``, and sets a weight with ``index.weight=W``. Other
     index settings (``index.slices=256``) and method settings (``method.lexical_scale=lucene``) are tuned again as the
-    run's config says, unless ``eval.tune_queries=0`` asks for the run's weight; another index than the run's keeps its own weight. On another collection
+    run's config says, unless ``eval.tune_queries=0`` asks for the run's weight; another index than the run's keeps its
+    own weight. On another collection
     (``dataset=...``, zero-shot) nothing is tuned unless asked: its training queries, if any, are not the run's.
     """
     keys = override_keys(overrides)

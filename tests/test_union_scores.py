@@ -57,8 +57,8 @@ def test_faiss_candidate_scores_name_an_index_that_keeps_no_vectors(monkeypatch)
 
 def test_bm25_candidate_scores_match_the_run_and_reach_beyond_it(tiny, tiny_bm25) -> None:
     queries = dict(list(tiny.judged_queries("dev").items())[:5])
-    shallow, deep = tiny_bm25.search(queries, k=5), tiny_bm25.search(queries, k=len(tiny.corpus))
-    outside = {q: [d for d in list(deep[q])[5:20]] + ["no match"] for q in queries}
+    shallow, deep = tiny_bm25.search(queries, k=6), tiny_bm25.search(queries, k=len(tiny.corpus))
+    outside = {q: [d for d in list(deep[q])[6:20]] + ["no match"] for q in queries}
     no_match = next(d for d in tiny.corpus if all(d not in deep[q] for q in queries))
     candidates = {q: list(shallow[q]) + [d for d in outside[q] if d != "no match"] + [no_match] for q in queries}
     scores = tiny_bm25.candidate_scores(queries, candidates)

@@ -108,7 +108,6 @@ class FaissIndex:
             for qid, srow, rrow in zip(qids, scores, rows, strict=True)
         }
 
-
     def candidate_scores(self, vectors: np.ndarray, qids: list[str], candidates: dict[str, list[str]]) -> Run:
         """Inner products of query vectors with given documents, at any rank: a run's scores completed beyond k.
 
@@ -147,8 +146,10 @@ class FaissIndex:
             try:
                 faiss.extract_index_ivf(part).make_direct_map()  # IVF keeps no id → list map until asked to
             except RuntimeError:
-                raise RuntimeError(f"faiss index {self.factory!r} cannot return its stored vectors, so documents "
-                                   "outside its top k cannot be scored; use index.union_scores=floor") from None  # fmt: skip
+                raise RuntimeError(
+                    f"faiss index {self.factory!r} cannot return its stored vectors, so documents outside its top k "
+                    "cannot be scored; use index.union_scores=floor"
+                ) from None
             return part.reconstruct_batch(rows)
 
 
@@ -171,7 +172,7 @@ class DenseRetriever:
         self.index = index.build_sharded([(ids, part["vectors"].numpy()) for ids, part in shards])
 
     def encode_queries(self, queries: dict[str, str]) -> np.ndarray:
-        """Query vectors, in the order of ``queries`` (the last call's are kept: a search and its scoring share them)."""
+        """Query vectors, in the order of ``queries`` (the last call's are kept for a search and its scoring)."""
         if self._last is None or self._last[0] != queries:
             vectors = encode_all(self.encode_query, list(queries.values()), self.batch_size, desc="queries")
             self._last = (dict(queries), vectors)

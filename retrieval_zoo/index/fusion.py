@@ -1,4 +1,4 @@
-"""Hybrid fusion of two runs, as pure functions: the union's gaps, linear interpolation (with score normalisation), RRF."""
+"""Hybrid fusion of two runs, as pure functions: the union's gaps, linear interpolation (normalised or not), RRF."""
 
 from __future__ import annotations
 

@@ -71,8 +71,9 @@ class HybridRetriever:
             return lexical, dense
         if self._union is None or self._union[0] != queries:
             lexical_gaps, dense_gaps = union_gaps(lexical, dense), union_gaps(dense, lexical)
-            print(f"[union] scoring {sum(map(len, lexical_gaps.values())):,} documents outside BM25's top "
-                  f"{self.depth} and {sum(map(len, dense_gaps.values())):,} outside the dense top {self.depth}")  # fmt: skip
+            missing_lexical, missing_dense = sum(map(len, lexical_gaps.values())), sum(map(len, dense_gaps.values()))
+            print(f"[union] scoring {missing_lexical:,} documents outside BM25's top {self.depth} and "
+                  f"{missing_dense:,} outside the dense top {self.depth}")  # fmt: skip
             lexical = complete(lexical, self.bm25.candidate_scores(queries, lexical_gaps))
             dense = complete(dense, self.dense.candidate_scores(queries, dense_gaps))
             self._union = (dict(queries), lexical, dense)

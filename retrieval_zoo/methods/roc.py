@@ -4,9 +4,9 @@ BM25's query IDF and document TF-saturation vectors are random-projected to the 
 Rademacher matrix (§3.2, Eq. 3), so Score_lex = q_lex·d_lex approximates BM25 (Eq. 4). Eq. 3's d_bm25 carries the
 (k1 + 1) factor of classic BM25, which Lucene drops: ``lexical_scale="paper"`` (the default) keeps it, so Score_lex is
 (k1 + 1) = 1.9 times Lucene's BM25; ``"lucene"`` gives Lucene's scale. The factor reaches retrieval only (Eq. 4 and
-11, where it rescales the λ that tuning finds); the training losses see the lexical vectors through a cosine (Eq. 8). Beside them, a [CLS]
-encoder (Eq. 5–6) is trained with the NLL of the positive among BM25 hard negatives (Eq. 7) plus two objectives
-that push it away from what BM25 already captures:
+11, where it rescales the λ that tuning finds); the training losses see the lexical vectors through a cosine (Eq. 8).
+Beside them, a [CLS] encoder (Eq. 5–6) is trained with the NLL of the positive among BM25 hard negatives (Eq. 7)
+plus two objectives that push it away from what BM25 already captures:
 - embedding-level orthogonality, cos²(q_lex, q_sem) + cos²(d_lex, d_sem) added 1:1 (Eq. 8–9);
 - input-level orthogonality: at training time only, 15% of the document's exact-match tokens become [MASK], and
   the perturbed document d' takes both losses (Eq. 10).
