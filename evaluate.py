@@ -82,8 +82,9 @@ def reuse_tuned_weight(trained: DictConfig, run_dir: Path, trained_index: str, o
 
     ``trained`` is the run's config with the command line applied. The command line tunes again with
     ``eval.tune_queries=N`` (N > 0) or ``index.weight_grid=[...]``, and sets a weight with ``index.weight=W``. Other
-    index settings (``index.slices=256``) are tuned again as the run's config says, unless ``eval.tune_queries=0``
-    asks for the run's weight; another index than the run's keeps its own weight. On another collection
+    index settings (``index.slices=256``) and method settings (``method.lexical_scale=lucene``) are tuned again as the
+    run's config says, unless ``eval.tune_queries=0`` asks for the run's weight; another index than the run's keeps its
+    own weight. On another collection
     (``dataset=...``, zero-shot) nothing is tuned unless asked: its training queries, if any, are not the run's.
     """
     keys = override_keys(overrides)
@@ -92,7 +93,8 @@ def reuse_tuned_weight(trained: DictConfig, run_dir: Path, trained_index: str, o
         return
     if gives(overrides, "dataset"):
         trained.eval.tune_queries = 0
-    if asked is None and trained.eval.tune_queries > 0 and gives(overrides, "index"):
+    method_settings = any(k.startswith("method.") for k in keys)  # e.g. method.lexical_scale: other scores
+    if asked is None and trained.eval.tune_queries > 0 and (gives(overrides, "index") or method_settings):
         return
     results = run_dir / "results.json"
     tuned = json.loads(results.read_text()).get("tuning") if results.exists() else None

@@ -52,22 +52,44 @@ def test_normalised_margin_option() -> None:
         CLEAR(clear_encoder(), margin_normalization="softmax")
 
 
+LEXICAL_EVERYWHERE = {"a": 10.0, "b": 8.0, "c": 2.0, "d": 9.0}  # BM25(q, ·) over the whole corpus
+DENSE_EVERYWHERE = {"a": 0.5, "b": 1.0, "c": 3.0, "d": 2.0}  # s_emb(q, ·)
+
+
 class FakeBM25:
     def search(self, queries, k):
-        return {"q": {"a": 10.0, "b": 8.0}}
+        return {"q": dict(sorted(LEXICAL_EVERYWHERE.items(), key=lambda kv: -kv[1])[:k])}
+
+    def candidate_scores(self, queries, candidates):
+        return {q: {d: LEXICAL_EVERYWHERE[d] for d in docs} for q, docs in candidates.items()}
 
 
 class FakeDense:
     def search(self, queries, k):
-        return {"q": {"b": 1.0, "c": 3.0}}
+        return {"q": dict(sorted(DENSE_EVERYWHERE.items(), key=lambda kv: -kv[1])[:k])}
+
+    def candidate_scores(self, queries, candidates):
+        return {q: {d: DENSE_EVERYWHERE[d] for d in docs} for q, docs in candidates.items()}
 
 
-def test_fusion_ranks_the_union_by_eq_8() -> None:
+def test_fusion_ranks_the_union_by_eq_8_with_each_side_scoring_every_document() -> None:
+    # BM25 top 2 = {a, d}, dense top 2 = {c, d}; the union {a, c, d} ranked by 0.5·BM25 + s_emb, each score exact:
+    # a: 0.5·10 + 0.5 = 5.5, c: 0.5·2 + 3 = 4.0, d: 0.5·9 + 2 = 6.5.
     retriever = HybridRetriever(FakeBM25(), FakeDense(), weight=0.5, depth=2)
     run = retriever.search({"q": "text"}, k=3)
-    # Missing scores take the side's lowest: lex(c) = 8, dense(a) = 1.
-    assert run["q"] == pytest.approx({"a": 0.5 * 10 + 1.0, "b": 0.5 * 8 + 1.0, "c": 0.5 * 8 + 3.0})
-    assert list(run["q"]) == ["c", "a", "b"]
+    assert run["q"] == pytest.approx({"d": 6.5, "a": 5.5, "c": 4.0})
+    assert list(run["q"]) == ["d", "a", "c"]
+
+
+def test_floor_union_scores_give_a_missing_document_the_sides_lowest_score() -> None:
+    # The issue's four documents: with floors, c takes BM25's 2nd score (9) and a the dense side's 2nd (2):
+    # a: 0.5·10 + 2 = 7.0, c: 0.5·9 + 3 = 7.5, d: 6.5; exact scoring ranks [d, a, c] instead of [c, a, d].
+    retriever = HybridRetriever(FakeBM25(), FakeDense(), weight=0.5, depth=2, union_scores="floor")
+    run = retriever.search({"q": "text"}, k=3)
+    assert run["q"] == pytest.approx({"c": 7.5, "a": 7.0, "d": 6.5})
+    assert list(run["q"]) == ["c", "a", "d"]
+    with pytest.raises(ValueError, match="union_scores must be one of"):
+        HybridRetriever(FakeBM25(), FakeDense(), weight=0.5, union_scores="approximate")
 
 
 def test_a_side_alone_reuses_the_fused_search() -> None:
@@ -100,7 +122,7 @@ def test_tune_picks_the_best_lambda_on_held_out_queries() -> None:
             return {"q": {"rel": 5.0, "x": 1.0}}
 
     index = Union(weighted="lexical", weight_grid=(0.0, 0.5, 0.9), tune_measure="MRR@10")
-    retriever = HybridRetriever(Lex(), Dense(), weight=0.9, weighted="lexical", depth=2)
+    retriever = HybridRetriever(Lex(), Dense(), weight=0.9, weighted="lexical", depth=2, union_scores="floor")
     chosen = index.tune(retriever, {"q": "text"}, {"q": {"rel": 1}})
     # rel − x = (5 − 1) + λ·(2 − 9): rel ranks first for λ < 4/7, so 0.0 and 0.5 tie at MRR 1; ties go to the smaller.
     assert chosen["curve"] == {0.0: 1.0, 0.5: 1.0, 0.9: 0.5} and chosen["parameter"] == "lexical_weight"

@@ -73,7 +73,7 @@ def brute_force(model, index, retriever, tiny, bm25, queries, payload) -> dict[s
             if representation == "lexical_semantic":
                 project = model.projection.project
                 q_lex = project(bm25.query_idf(texts))
-                d_lex = project(bm25.document_term_weights(docids, saturation_only=True))
+                d_lex = project(bm25.document_term_weights(docids, saturation_only=True)) * (bm25.k1 + 1)  # Eq. 3
                 scores = q_lex @ d_lex.T + index.weight * semantic
     return {qid: dict(zip(docids, row.tolist(), strict=True)) for qid, row in zip(queries, scores, strict=True)}
 
@@ -135,16 +135,17 @@ def test_method_index(method_name: str, index_name: str, tiny, tiny_bm25) -> Non
     assert all(0 < len(docs) <= K for docs in run.values())
     expected = brute_force(model, index, retriever, tiny, tiny_bm25, queries, corpus)
     parts = fused_parts(retriever)
-    if parts and hasattr(retriever, "bm25"):  # a union: BM25's and the vectors' candidates, fused as they score
+    if parts and hasattr(retriever, "bm25"):  # a union: BM25's and the vectors' candidates, each scored by both
         lexical, semantic = retriever.runs(queries)
         assert_same_run(semantic, top(expected, retriever.depth), 1e-3)  # the vectors' side is brute force
         assert lexical == tiny_bm25.search(queries, retriever.depth)  # the lexical side is the run's BM25
         weights = (retriever.weight, 1.0) if retriever.weighted == "lexical" else (1.0, retriever.weight)
-        for qid, docs in run.items():
-            for docid, score in docs.items():  # a side's missing score is its lowest
-                lex = lexical[qid].get(docid, min(lexical[qid].values()))
-                dense = semantic[qid].get(docid, min(semantic[qid].values()))
-                assert score == pytest.approx(weights[0] * lex + weights[1] * dense, abs=1e-3)
+        union = [(qid, docid) for qid in queries for docid in sorted(lexical[qid].keys() | semantic[qid].keys())]
+        bm25_everywhere = dict(zip(union, tiny_bm25.pair_scores(queries, union), strict=True))  # pyserini's own
+        fused: dict[str, dict[str, float]] = {qid: {} for qid in queries}
+        for qid, docid in union:  # Eq. 8 / the naive sum with both scores exact, brute force for the dense one
+            fused[qid][docid] = weights[0] * float(bm25_everywhere[qid, docid]) + weights[1] * expected[qid][docid]
+        assert_same_run(run, top(fused, K), 1e-3)
     else:
         atol = 2e-2 if isinstance(retriever, DhrRetriever) or method_name == "bm25" else 1e-3  # float16; Lucene
         assert_same_run(run, top(expected, K), atol)

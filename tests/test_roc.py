@@ -62,6 +62,14 @@ def test_retriever_scores_eq_11_and_sides(tiny, tiny_bm25) -> None:
     assert evaluate(lexical, qrels)["MRR@10"] > 0.15
     with pytest.raises(ValueError, match="unknown part"):
         retriever.side("dense", queries, 10)
+    # Eq. 3's d_bm25 carries (k1 + 1); at Lucene's scale Score_lex is (k1 + 1) = 1.9 times smaller.
+    model.lexical_scale = "lucene"
+    lucene = Concatenated(weight=0.5).build(model, tiny, tiny_bm25).side("lexical", queries, 400)
+    for qid, docs in lucene.items():
+        for docid, score in docs.items():
+            assert lexical[qid][docid] == pytest.approx(1.9 * score, rel=1e-4, abs=1e-5)
+    with pytest.raises(ValueError, match="lexical_scale must be one of"):
+        RoC(tiny_encoder(pooling="cls"), lexical_scale="bm25")
 
 
 def test_exact_fusion_is_bm25_plus_lambda_cls_over_the_union(tiny, tiny_bm25) -> None:
@@ -74,11 +82,15 @@ def test_exact_fusion_is_bm25_plus_lambda_cls_over_the_union(tiny, tiny_bm25) ->
     queries = dict(list(tiny.judged_queries("dev").items())[:10])
     lexical, semantic = retriever.side("lexical", queries, 30), retriever.side("semantic", queries, 30)
     assert lexical == tiny_bm25.search(queries, 30)  # Lucene's own BM25, not the projection
+    union = [(q, d) for q in queries for d in sorted(lexical[q].keys() | semantic[q].keys())]
+    bm25_everywhere = dict(zip(union, tiny_bm25.pair_scores(queries, union), strict=True))
+    docids = sorted({d for _, d in union})
+    with torch.inference_mode():
+        dots = model.encode_query(list(queries.values())) @ model.encode_doc([tiny.corpus[d] for d in docids]).T
+    cls = {q: dict(zip(docids, row.tolist(), strict=True)) for q, row in zip(queries, dots, strict=True)}
     for qid, docs in retriever.search(queries, 10).items():
-        for docid, score in docs.items():  # Eq. 11 with exact BM25; a side's missing score is its lowest
-            lex = lexical[qid].get(docid, min(lexical[qid].values()))
-            sem = semantic[qid].get(docid, min(semantic[qid].values()))
-            assert score == pytest.approx(lex + 2.0 * sem)
+        for docid, score in docs.items():  # Eq. 11 with exact BM25, both scores exact for every document
+            assert score == pytest.approx(float(bm25_everywhere[qid, docid]) + 2.0 * cls[qid][docid], abs=1e-3)
     chosen = index.tune(retriever, queries, {q: tiny.qrels["dev"][q] for q in queries})
     assert chosen["value"] == retriever.weight and chosen["parameter"] == "semantic_weight"
     with pytest.raises(ValueError, match="weighted must be one of"):

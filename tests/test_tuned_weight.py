@@ -34,6 +34,9 @@ TUNED = {"parameter": "lexical_weight", "value": 1.1, "queries": 500, "curve": {
         (["index.weight=2.0"], 0.5, 500),  # the command line's weight (applied by apply_overrides)
         (["index.slices=256"], 0.5, 500),  # other index settings: tuned again, as the run's config says
         (["index.slices=256", "eval.tune_queries=0"], 1.1, 0),
+        (["index.union_scores=floor"], 0.5, 500),
+        (["method=roc", "method.lexical_scale=lucene"], 0.5, 500),  # a method setting can move the best weight too
+        (["method=clear"], 1.1, 0),  # naming the run's method changes nothing
         (["dataset=beir", "dataset.root=/data/scifact"], 1.1, 0),  # zero-shot: the run's λ
     ],
 )

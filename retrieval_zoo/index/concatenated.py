@@ -73,7 +73,10 @@ class ConcatenatedRetriever:
 
 
 def doc_lexical_matrix(projection: Any, bm25: BM25, docids: list[str]) -> np.ndarray:
-    """d_lex = A·d_bm25 of every document (RoC Eq. 3), cached by corpus, BM25 parameters and projection."""
+    """A·(Lucene's TF saturation) of every document, cached by corpus, BM25 parameters and projection.
+
+    RoC's d_lex (Eq. 3) is this matrix times the method's ``saturation_scale`` ((k1 + 1) at the paper's scale).
+    """
     key = fingerprint(bm25.collection.corpus_fingerprint, bm25.k1, bm25.b, projection.dim, projection.seed)
     path = bm25.cache / "roc" / f"doc-lex-{key}.npy"
     with entry_lock(path):
@@ -123,7 +126,7 @@ class Concatenated(Index):
         """[d_lex ; d_sem] of every document in faiss; queries [q_lex ; λ·q_sem]."""
         shards = self.corpus_shards(method, collection, bm25, shards)
         projection = method.projection
-        lexical = doc_lexical_matrix(projection, bm25, shards.docids)
+        lexical = doc_lexical_matrix(projection, bm25, shards.docids) * np.float32(method.saturation_scale(bm25.k1))
         doc_parts = [(shards.shard_docids(s), lexical[start:stop], shards.read(s)["vectors"].numpy())
                      for s, (start, stop) in enumerate(shards.ranges)]  # fmt: skip
 

@@ -42,6 +42,7 @@ class FaissIndex:
         self.docids: list[str] = []
         self._parts: list[faiss.Index] = []  # IndexShards does not own its shards: keep them alive
         self._gpu_resources: list = []
+        self._rows: dict[str, int] | None = None  # docid → row over all shards, for candidate_scores
 
     def build(self, vectors: np.ndarray, docids: list[str]) -> FaissIndex:
         """Index ``vectors`` (n, dim) whose rows belong to ``docids``, as one shard."""
@@ -80,6 +81,7 @@ class FaissIndex:
             for part in self._parts:
                 self.index.add_shard(part)
         self.docids = [docid for docids, _ in shards for docid in docids]
+        self._rows = None
         return self
 
     def _gpus(self) -> int:
@@ -106,6 +108,50 @@ class FaissIndex:
             for qid, srow, rrow in zip(qids, scores, rows, strict=True)
         }
 
+    def candidate_scores(self, vectors: np.ndarray, qids: list[str], candidates: dict[str, list[str]]) -> Run:
+        """Inner products of query vectors with given documents, at any rank: a run's scores completed beyond k.
+
+        Each document's vector is read back from the shard that holds it (``reconstruct``; IVF indexes get a
+        direct map on first use), so the score is the one the index gives the document: exact for Flat and HNSW,
+        the quantised vector's for PQ and SQ.
+
+        Args:
+            vectors: (Q, dim) query vectors, in the order of ``qids``.
+            qids: The queries' ids.
+            candidates: qid → document ids to score.
+        """
+        if not self._parts:
+            raise RuntimeError("candidate_scores before build")
+        if self._rows is None:
+            self._rows = {docid: row for row, docid in enumerate(self.docids)}
+        starts = np.cumsum([0] + [part.ntotal for part in self._parts])
+        run: Run = {}
+        for qid, query in zip(qids, np.asarray(vectors, dtype=np.float32), strict=True):
+            docids = candidates.get(qid, [])
+            rows = np.array([self._rows[docid] for docid in docids], dtype=np.int64)
+            shard_of = np.searchsorted(starts, rows, side="right") - 1
+            scores = np.empty(len(rows), dtype=np.float32)
+            for shard in np.unique(shard_of):
+                where = np.flatnonzero(shard_of == shard)
+                scores[where] = self._reconstruct(int(shard), rows[where] - starts[shard]) @ query
+            run[qid] = {docid: float(score) for docid, score in zip(docids, scores, strict=True)}
+        return run
+
+    def _reconstruct(self, shard: int, rows: np.ndarray) -> np.ndarray:
+        """(n, dim) stored vectors of ``rows`` of one shard."""
+        part = self._parts[shard]
+        try:
+            return part.reconstruct_batch(rows)
+        except RuntimeError:
+            try:
+                faiss.extract_index_ivf(part).make_direct_map()  # IVF keeps no id → list map until asked to
+            except RuntimeError:
+                raise RuntimeError(
+                    f"faiss index {self.factory!r} cannot return its stored vectors, so documents outside its top k "
+                    "cannot be scored; use index.union_scores=floor"
+                ) from None
+            return part.reconstruct_batch(rows)
+
 
 class DenseRetriever:
     """A corpus's encoded ``vectors`` shards in a :class:`FaissIndex`; searches with ``encode_query``.
@@ -122,15 +168,23 @@ class DenseRetriever:
         batch_size: int = 128,
     ) -> None:  # fmt: skip
         self.encode_query, self.batch_size = encode_query, batch_size
+        self._last: tuple[dict[str, str], np.ndarray] | None = None
         self.index = index.build_sharded([(ids, part["vectors"].numpy()) for ids, part in shards])
 
     def encode_queries(self, queries: dict[str, str]) -> np.ndarray:
-        """Query vectors, in the order of ``queries``."""
-        return encode_all(self.encode_query, list(queries.values()), self.batch_size, desc="queries")
+        """Query vectors, in the order of ``queries`` (the last call's are kept for a search and its scoring)."""
+        if self._last is None or self._last[0] != queries:
+            vectors = encode_all(self.encode_query, list(queries.values()), self.batch_size, desc="queries")
+            self._last = (dict(queries), vectors)
+        return self._last[1]
 
     def search(self, queries: dict[str, str], k: int) -> Run:
         """Top ``k`` documents per query by inner product."""
         return self.index.search(self.encode_queries(queries), list(queries), k)
+
+    def candidate_scores(self, queries: dict[str, str], candidates: dict[str, list[str]]) -> Run:
+        """Inner products of each query with given documents, at any rank (:meth:`FaissIndex.candidate_scores`)."""
+        return self.index.candidate_scores(self.encode_queries(queries), list(queries), candidates)
 
 
 def vectors_payload(method: Any, texts: list[str]) -> Payload:

@@ -1,4 +1,4 @@
-"""Hybrid fusion of two runs, as pure functions: linear interpolation (with score normalisation) and RRF."""
+"""Hybrid fusion of two runs, as pure functions: the union's gaps, linear interpolation (normalised or not), RRF."""
 
 from __future__ import annotations
 
@@ -24,13 +24,28 @@ def normalize(scores: dict[str, float], method: Normalization) -> dict[str, floa
     raise ValueError(f"unknown normalization {method!r}; use none, minmax or zscore")
 
 
+def union_gaps(run: Run, other: Run) -> dict[str, list[str]]:
+    """Per query of ``run``, the documents ``other`` retrieves that ``run`` lacks, in ``other``'s order.
+
+    Scoring these on ``run``'s side (:func:`complete`) makes both runs cover the union, so that
+    :func:`interpolate` needs no stand-in score: the exact union fusion of CLEAR Eq. 8.
+    """
+    return {qid: [d for d in other.get(qid, {}) if d not in scores] for qid, scores in run.items()}
+
+
+def complete(run: Run, extra: Run) -> Run:
+    """``run`` with ``extra``'s scores added for documents it lacks (its own scores are kept)."""
+    return {qid: {**extra.get(qid, {}), **scores} for qid, scores in run.items()}
+
+
 def interpolate(
     run_a: Run, run_b: Run, weight_a: float = 1.0, weight_b: float = 1.0, normalization: Normalization = "none"
 ) -> Run:
     """Score each document of the union by weight_a·a + weight_b·b, per query.
 
     A document missing from one run takes that run's lowest (normalised) score for the query, the usual choice
-    for fusing truncated runs (a document outside the top k scores at most the k-th score).
+    for fusing truncated runs (a document outside the top k scores at most the k-th score); runs completed over
+    the union (:func:`union_gaps`, :func:`complete`) never need it.
     """
     fused: Run = {}
     for qid in run_a.keys() | run_b.keys():

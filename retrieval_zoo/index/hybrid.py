@@ -8,20 +8,23 @@ from retrieval_zoo.data.collections import Collection
 from retrieval_zoo.data.formats import Run, top_k
 from retrieval_zoo.index.base import Index
 from retrieval_zoo.index.dense import DenseRetriever, Faiss
-from retrieval_zoo.index.fusion import interpolate
+from retrieval_zoo.index.fusion import complete, interpolate, union_gaps
 from retrieval_zoo.index.shards import CorpusShards, Payload
 from retrieval_zoo.lexical.bm25 import BM25
 
 PARTS = ("lexical", "semantic")
+UNION_SCORES = ("exact", "floor")
 
 
 class HybridRetriever:
     """BM25 top ``depth`` ∪ dense top ``depth``, ranked by a weighted sum in which one part carries ``weight``.
 
     CLEAR weights BM25 (λ_test·BM25 + s_emb, CLEAR Eq. 8); RoC's naive-sum baseline weights the semantic part
-    (BM25 + λ·[CLS], RoC Eq. 11). A document retrieved by one side only takes the other side's lowest score among
-    that query's retrieved documents (a document outside a top-k list scores at most its k-th score), so nothing is
-    re-scored through Java. Same interface as :class:`~retrieval_zoo.index.concatenated.ConcatenatedRetriever`.
+    (BM25 + λ·[CLS], RoC Eq. 11). With ``union_scores="exact"`` (the papers' reading), a document found by one side
+    only is scored on the other side too: BM25(q, d) by a Lucene search filtered to those documents, the dense score
+    by an inner product with its stored vector. With ``"floor"``, it takes the other side's lowest score for the
+    query instead (a document outside a top-k list scores at most its k-th score): no second scoring pass, and a
+    different ranking. Same interface as :class:`~retrieval_zoo.index.concatenated.ConcatenatedRetriever`.
 
     Args:
         bm25: The lexical side.
@@ -30,6 +33,7 @@ class HybridRetriever:
         weighted: Which part ``weight`` multiplies: one of ``parts``.
         depth: Candidates taken from each side.
         parts: Names of the (lexical, dense) parts, for :meth:`side` and ``weighted``.
+        union_scores: ``exact`` or ``floor``: how a document missing from one side's top ``depth`` is scored there.
     """
 
     def __init__(
@@ -40,21 +44,40 @@ class HybridRetriever:
         weighted: str = "lexical",
         depth: int = 1000,
         parts: tuple[str, str] = PARTS,
+        union_scores: str = "exact",
     ) -> None:
         if weighted not in parts:
             raise ValueError(f"weighted must be one of the parts {parts}, not {weighted!r}")
+        if union_scores not in UNION_SCORES:
+            raise ValueError(f"union_scores must be one of {UNION_SCORES}, not {union_scores!r}")
         self.bm25, self.dense, self.weight, self.weighted = bm25, dense, weight, weighted
-        self.depth, self.parts, self.weight_name = depth, parts, f"{weighted}_weight"
+        self.depth, self.parts, self.weight_name, self.union_scores = depth, parts, f"{weighted}_weight", union_scores
         self._last: tuple[dict[str, str], Run, Run] | None = None
+        self._union: tuple[dict[str, str], Run, Run] | None = None
 
     def runs(self, queries: dict[str, str]) -> tuple[Run, Run]:
-        """The lexical and dense runs the fusion starts from (also useful on their own, and for tuning).
+        """The lexical and dense top ``depth`` runs the fusion starts from (also useful on their own, and for tuning).
 
         The last call's runs are kept, so reporting a side alone or trying another weight costs no second search.
         """
         if self._last is None or self._last[0] != queries:
             self._last = (dict(queries), self.bm25.search(queries, self.depth), self.dense.search(queries, self.depth))
         return self._last[1], self._last[2]
+
+    def union_runs(self, queries: dict[str, str]) -> tuple[Run, Run]:
+        """The two runs the weighted sum adds: with exact union scores, each scores every document of the union."""
+        lexical, dense = self.runs(queries)
+        if self.union_scores == "floor":
+            return lexical, dense
+        if self._union is None or self._union[0] != queries:
+            lexical_gaps, dense_gaps = union_gaps(lexical, dense), union_gaps(dense, lexical)
+            missing_lexical, missing_dense = sum(map(len, lexical_gaps.values())), sum(map(len, dense_gaps.values()))
+            print(f"[union] scoring {missing_lexical:,} documents outside BM25's top {self.depth} and "
+                  f"{missing_dense:,} outside the dense top {self.depth}")  # fmt: skip
+            lexical = complete(lexical, self.bm25.candidate_scores(queries, lexical_gaps))
+            dense = complete(dense, self.dense.candidate_scores(queries, dense_gaps))
+            self._union = (dict(queries), lexical, dense)
+        return self._union[1], self._union[2]
 
     def side(self, name: str, queries: dict[str, str], k: int) -> Run:
         """One part's own top ``k``."""
@@ -68,7 +91,7 @@ class HybridRetriever:
 
     def search(self, queries: dict[str, str], k: int, weight: float | None = None) -> Run:
         """Top ``k`` of the union by the weighted sum (the retriever's weight unless ``weight`` is given)."""
-        lexical, dense = self.runs(queries)
+        lexical, dense = self.union_runs(queries)
         value = self.weight if weight is None else weight
         weight_lexical, weight_dense = (value, 1.0) if self.weighted == self.parts[0] else (1.0, value)
         return top_k(interpolate(lexical, dense, weight_a=weight_lexical, weight_b=weight_dense), k)
@@ -85,6 +108,8 @@ class Union(Index):
         tune_measure: What tuning maximises.
         depth: Candidates taken from each side.
         factory: faiss factory string of the dense side.
+        union_scores: ``exact`` (each side scores every document of the union, the papers' fusion) or ``floor``
+            (a document missing from a side takes that side's lowest score for the query).
     """
 
     accepts: ClassVar[tuple[str, ...]] = ("vectors",)
@@ -97,11 +122,14 @@ class Union(Index):
         tune_measure: str = "MAP@1000",
         depth: int = 1000,
         factory: str = "Flat",
+        union_scores: str = "exact",
     ) -> None:
         super().__init__(weight_grid, tune_measure)
         if weighted not in PARTS:
             raise ValueError(f"weighted must be one of {PARTS}, not {weighted!r}")
-        self.weighted, self.weight, self.depth = weighted, weight, depth
+        if union_scores not in UNION_SCORES:
+            raise ValueError(f"union_scores must be one of {UNION_SCORES}, not {union_scores!r}")
+        self.weighted, self.weight, self.depth, self.union_scores = weighted, weight, depth, union_scores
         self.dense = Faiss(factory)
 
     def corpus_payload(self, method: Any, texts: list[str]) -> Payload:
@@ -113,4 +141,4 @@ class Union(Index):
     ) -> HybridRetriever:
         """The pipeline's BM25 beside the method's vectors in faiss."""
         dense = self.dense.build(method, collection, bm25, shards)
-        return HybridRetriever(bm25, dense, self.weight, self.weighted, self.depth)
+        return HybridRetriever(bm25, dense, self.weight, self.weighted, self.depth, union_scores=self.union_scores)

@@ -152,6 +152,31 @@ class BM25:
         texts = [(queries[qid], docid) for qid, docid in pairs]
         return LuceneWorker.call(lucene_ops.pair_scores, str(self.index_dir), self.k1, self.b, texts)
 
+    def candidate_scores(self, queries: dict[str, str], candidates: dict[str, list[str]]) -> Run:
+        """BM25(q, d) of given documents per query, at any rank: a run's scores completed beyond its depth.
+
+        One Lucene search per query, filtered to its candidates (:func:`lucene_ops.candidate_scores`); rounded to
+        4 decimals, as :meth:`search` gives a document the same score in its run.
+
+        Args:
+            queries: qid → text, covering every qid of ``candidates``.
+            candidates: qid → document ids to score.
+
+        Returns:
+            qid → {docid: BM25 score}, 0 for a document that shares no term with the query.
+        """
+        corpus = self.collection.corpus
+        unknown = next(((q, d) for q, docs in candidates.items() for d in docs if d not in corpus), None)
+        if unknown:
+            raise KeyError(f"unknown document id {unknown[1]!r} for query {unknown[0]!r}")
+        qids = [q for q, docs in candidates.items() if docs]
+        groups = [(queries[q], list(candidates[q])) for q in qids]
+        scores = LuceneWorker.call(lucene_ops.candidate_scores, str(self.index_dir), self.k1, self.b, groups)
+        run: Run = {q: {} for q in candidates}
+        for qid, (_, docids), values in zip(qids, groups, scores, strict=True):
+            run[qid] = {d: round(float(v), 4) for d, v in zip(docids, values, strict=True)}
+        return run
+
     def document_term_weights(self, docids: list[str], saturation_only: bool = False) -> list[dict[str, float]]:
         """Per document: analysed term → BM25 weight (IDF × TF saturation), as in Lucene's BM25 sum.
 

@@ -14,6 +14,8 @@ from tqdm import tqdm
 
 from retrieval_zoo.lexical.java import pyserini_lucene
 
+BOOLEAN_OCCUR = "org.apache.lucene.search.BooleanClause$Occur"
+
 
 def run_main(java_class: str, args: list[str]) -> None:
     """Run an Anserini command-line class (``IndexCollection``, ``SearchCollection``) in the JVM."""
@@ -40,6 +42,57 @@ def pair_scores(index_dir: str, k1: float, b: float, pairs: list[tuple[str, str]
     for i, (text, docid) in enumerate(tqdm(pairs, desc="bm25 pair scores", leave=False, mininterval=5)):
         scores[i] = compute(docid, text, similarity)
     return scores
+
+
+@cache
+def _searcher(index_dir: str, k1: float, b: float) -> tuple[Any, Any, Any]:
+    """A BM25 ``IndexSearcher`` over the index, Anserini's bag-of-words query generator and its analyzer."""
+    from jnius import cast
+
+    _, _, autoclass = pyserini_lucene()
+    reader = autoclass("org.apache.lucene.index.DirectoryReader").open(
+        autoclass("org.apache.lucene.store.FSDirectory").open(autoclass("java.nio.file.Paths").get(index_dir))
+    )
+    searcher = autoclass("org.apache.lucene.search.IndexSearcher")(cast("org.apache.lucene.index.IndexReader", reader))
+    searcher.setSimilarity(autoclass("org.apache.lucene.search.similarities.BM25Similarity")(k1, b))
+    generator = autoclass("io.anserini.search.query.BagOfWordsQueryGenerator")()
+    return searcher, generator, autoclass("io.anserini.analysis.DefaultEnglishAnalyzer").newDefaultInstance()
+
+
+def candidate_scores(index_dir: str, k1: float, b: float, candidates: list[tuple[str, list[str]]]) -> list[np.ndarray]:
+    """BM25(query, d) of each query text's candidate documents, one Lucene search per query.
+
+    The query is Anserini's bag-of-words query (``SearchCollection``'s), restricted by a filter clause to the
+    candidates' ids, so each score is the one the searcher gives the document, for documents at any rank. A
+    candidate that shares no term with the query scores 0.
+
+    Args:
+        index_dir: The Lucene index.
+        k1: BM25 term-frequency saturation.
+        b: BM25 length normalisation.
+        candidates: (query text, document ids) per query.
+
+    Returns:
+        Per query, float32 scores aligned with its document ids.
+    """
+    _, _, autoclass = pyserini_lucene()
+    searcher, generator, analyzer = _searcher(index_dir, k1, b)
+    bytes_ref, array_list = autoclass("org.apache.lucene.util.BytesRef"), autoclass("java.util.ArrayList")
+    builder, occur = autoclass("org.apache.lucene.search.BooleanQuery$Builder"), autoclass(BOOLEAN_OCCUR)
+    term_in_set = autoclass("org.apache.lucene.search.TermInSetQuery")
+    stored = searcher.storedFields()
+    out = []
+    for text, docids in tqdm(candidates, desc="bm25 candidate scores", leave=False, mininterval=5):
+        ids = array_list(len(docids))
+        for docid in docids:
+            ids.add(bytes_ref(docid.encode("utf-8")))
+        query = builder()
+        query.add(generator.buildQuery("contents", analyzer, text), occur.MUST)
+        query.add(term_in_set("id", ids), occur.FILTER)  # restricts, adds nothing to the score
+        hits = searcher.search(query.build(), max(len(docids), 1)).scoreDocs
+        found = {stored.document(hit.doc).get("id"): hit.score for hit in hits}
+        out.append(np.array([found.get(docid, 0.0) for docid in docids], dtype=np.float32))
+    return out
 
 
 def document_term_weights(

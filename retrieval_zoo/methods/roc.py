@@ -1,9 +1,12 @@
 """RoC: complementarity objectives for hybrid retrieval (Lee et al.; roc.md).
 
 BM25's query IDF and document TF-saturation vectors are random-projected to the encoder's width by a fixed
-Rademacher matrix (§3.2, Eq. 3), so Score_lex = q_lex·d_lex approximates BM25 (Eq. 4). Beside them, a [CLS]
-encoder (Eq. 5–6) is trained with the NLL of the positive among BM25 hard negatives (Eq. 7) plus two objectives
-that push it away from what BM25 already captures:
+Rademacher matrix (§3.2, Eq. 3), so Score_lex = q_lex·d_lex approximates BM25 (Eq. 4). Eq. 3's d_bm25 carries the
+(k1 + 1) factor of classic BM25, which Lucene drops: ``lexical_scale="paper"`` (the default) keeps it, so Score_lex is
+(k1 + 1) = 1.9 times Lucene's BM25; ``"lucene"`` gives Lucene's scale. The factor reaches retrieval only (Eq. 4 and
+11, where it rescales the λ that tuning finds); the training losses see the lexical vectors through a cosine (Eq. 8).
+Beside them, a [CLS] encoder (Eq. 5–6) is trained with the NLL of the positive among BM25 hard negatives (Eq. 7)
+plus two objectives that push it away from what BM25 already captures:
 - embedding-level orthogonality, cos²(q_lex, q_sem) + cos²(d_lex, d_sem) added 1:1 (Eq. 8–9);
 - input-level orthogonality: at training time only, 15% of the document's exact-match tokens become [MASK], and
   the perturbed document d' takes both losses (Eq. 10).
@@ -27,6 +30,8 @@ from retrieval_zoo.methods.dense import DenseBiEncoder
 from retrieval_zoo.methods.masking import mask_exact_matches
 from retrieval_zoo.training.datamodule import TrainBatch
 
+LEXICAL_SCALES = ("paper", "lucene")
+
 
 class RoC(DenseBiEncoder):
     """RoC's [CLS] encoder beside projected BM25, with its orthogonality objectives.
@@ -41,6 +46,7 @@ class RoC(DenseBiEncoder):
         gather_across_devices: Under DDP, in-batch negatives are the global batch's documents (with gradients).
         val_k: Validation retrieval depth.
         seed: Seed of the masking's random choices.
+        lexical_scale: ``paper`` (d_bm25 with Eq. 3's (k1 + 1) factor) or ``lucene`` (Lucene's BM25, without it).
     """
 
     needs: ClassVar[frozenset[str]] = frozenset({"bm25_vectors"})
@@ -57,11 +63,19 @@ class RoC(DenseBiEncoder):
         gather_across_devices: bool = True,
         val_k: int = 100,
         seed: int = 13,
+        lexical_scale: str = "paper",
     ) -> None:
         super().__init__(encoder, optim, in_batch_negatives, gather_across_devices, val_k=val_k)
+        if lexical_scale not in LEXICAL_SCALES:
+            raise ValueError(f"lexical_scale must be one of {LEXICAL_SCALES}, not {lexical_scale!r}")
+        self.lexical_scale = lexical_scale
         self.projection = RademacherProjection(encoder.hidden_size, projection_seed)
         self.ortho_weight, self.mask_fraction = ortho_weight, mask_fraction
         self.masking = torch.Generator().manual_seed(seed)
+
+    def saturation_scale(self, k1: float) -> float:
+        """What Lucene's TF saturation is multiplied by to give Eq. 3's d_bm25: (k1 + 1), or 1 at Lucene's scale."""
+        return k1 + 1.0 if self.lexical_scale == "paper" else 1.0
 
     def lexical(self, vectors: list[dict[str, float]]) -> torch.Tensor:
         """q_lex = A·q_bm25 or d_lex = A·d_bm25 (Eq. 3): (N,) bags of words → (N, H), no gradient."""
