@@ -148,20 +148,20 @@ class DeLADE(DenseBiEncoder):
         if not any(w > 0 for w in self.kd_weights.values()):
             return {}, None
         split, size, group = self.vocab_size, len(batch.qids), len(batch.docids[0])
-        if self.teacher is not None and self.in_batch_negatives:
-            candidates = d.unsqueeze(0).expand(size, -1, -1)  # (B, B·G, H): every document of the batch
+        if self.teacher is not None and self.in_batch_negatives:  # every document of the batch: (B, B·G)
             teacher = self.teacher.scores(batch.queries, batch.docs, q.device)
-        else:
-            candidates = d.view(size, group, -1)  # (B, G, H): the query's own group
+            student = {"kd": q @ d.T, "kd_lexical": q[:, :split] @ d[:, :split].T}
+        else:  # the query's own group: (B, G)
             if self.teacher is not None:
                 rows = torch.arange(size, device=q.device)
                 teacher = self.teacher.scores(batch.queries, batch.docs, q.device).view(size, size, group)[rows, rows]
             else:
                 teacher = batch.teacher_scores.to(q.device)
-        student = {
-            "kd": torch.einsum("bh,bnh->bn", q, candidates),
-            "kd_lexical": torch.einsum("bh,bnh->bn", q[:, :split], candidates[:, :, :split]),
-        }
+            grouped = d.view(size, group, -1)
+            student = {
+                "kd": torch.einsum("bh,bgh->bg", q, grouped),
+                "kd_lexical": torch.einsum("bh,bgh->bg", q[:, :split], grouped[:, :, :split]),
+            }
         if self.cls_projection is not None:
             student["kd_semantic"] = student["kd"] - student["kd_lexical"]  # λ·<q_cls, d_cls>
         return student, teacher
