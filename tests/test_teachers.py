@@ -109,3 +109,23 @@ def test_a_teacher_without_a_kd_weight_is_refused_and_not_saved(tmp_path) -> Non
         DeLADE(tiny_encoder(mlm_head=True), teacher=FixedTeacher(torch.zeros(1, 1)))
     model = DeLADE(tiny_encoder(mlm_head=True), kd_weight=1.0, teacher=TrainedBiEncoder(str(tiny_run(tmp_path))))
     assert not any(k.startswith("teacher") for k in model.state_dict())
+
+
+def test_a_distilled_run_loads_for_evaluation_without_its_teacher(tmp_path) -> None:
+    from retrieval_zoo.trained import load_trained, trained_config
+
+    teacher_run = tiny_run(tmp_path)
+    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
+        cfg = compose(config_name="train", overrides=["experiment=delade_cls_kd_inbatch", "backbone=tiny_random",
+                                                      f"method.teacher.run_dir={teacher_run}"])  # fmt: skip
+    student = instantiate(cfg.method)
+    assert isinstance(student.teacher, TrainedBiEncoder)
+    run = tmp_path / "student"
+    (run / "checkpoints").mkdir(parents=True)
+    saved = {"method_name": "delade_cls", "method": OmegaConf.to_container(cfg.method, resolve=True)}
+    OmegaConf.save(OmegaConf.create(saved), run / "run_config.yaml")
+    torch.save({"state_dict": student.state_dict()}, run / "checkpoints" / "last.ckpt")
+    teacher_run.rename(tmp_path / "moved")  # the teacher's run may be gone by evaluation time
+    loaded = load_trained(run, trained_config(run))
+    assert loaded.teacher is None  # evaluation encodes with the student alone
+    assert torch.equal(loaded.state_dict()["term_weight.weight"], student.state_dict()["term_weight.weight"])
