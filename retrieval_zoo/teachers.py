@@ -30,6 +30,10 @@ class Teacher(Protocol):
         """(B,) query texts and (N,) document texts → (B, N) float32 scores on ``device``, without gradients."""
         ...
 
+    def pair_scores(self, queries: list[str], docs: list[str], device: torch.device) -> torch.Tensor:
+        """(N,) query texts and the (N,) documents paired with them → (N,) float32 scores, without gradients."""
+        ...
+
 
 class TrainedBiEncoder:
     """A trained run of a vectors method as a frozen teacher: s(q, d) = encode_query(q) · encode_doc(d).
@@ -52,6 +56,14 @@ class TrainedBiEncoder:
         q, d = self.model.encode_query(queries).float(), self.model.encode_doc(docs).float()
         return q @ d.T
 
+    @torch.no_grad()
+    def pair_scores(self, queries: list[str], docs: list[str], device: torch.device) -> torch.Tensor:
+        """(N,) inner products of each query's vector with its paired document's (queries repeat: encoded once)."""
+        self.model.to(device)
+        unique = list(dict.fromkeys(queries))
+        q = self.model.encode_query(unique).float()[[unique.index(text) for text in queries]]
+        return (q * self.model.encode_doc(docs).float()).sum(dim=1)
+
 
 class CrossEncoder:
     """A Hugging Face cross-encoder as a frozen teacher: s(q, d) = the first logit of ``[CLS] q [SEP] d [SEP]``.
@@ -69,12 +81,16 @@ class CrossEncoder:
         self.model = AutoModelForSequenceClassification.from_pretrained(model).eval().requires_grad_(False)
         self.max_length, self.batch_size = max_length, batch_size
 
-    @torch.no_grad()
     def scores(self, queries: list[str], docs: list[str], device: torch.device) -> torch.Tensor:
         """(B, N) logits of every (query, document) pair."""
-        self.model.to(device)
         pairs = [(q, d) for q in queries for d in docs]
-        out = []
+        return self.pair_scores([q for q, _ in pairs], [d for _, d in pairs], device).view(len(queries), len(docs))
+
+    @torch.no_grad()
+    def pair_scores(self, queries: list[str], docs: list[str], device: torch.device) -> torch.Tensor:
+        """(N,) logits of the (query, document) pairs, ``batch_size`` pairs per forward pass."""
+        self.model.to(device)
+        pairs, out = list(zip(queries, docs, strict=True)), []
         for start in range(0, len(pairs), self.batch_size):
             chunk = pairs[start : start + self.batch_size]
             inputs = self.tokenizer(
@@ -82,7 +98,7 @@ class CrossEncoder:
                 padding=True, return_tensors="pt",
             ).to(device)  # fmt: skip
             out.append(self.model(**inputs).logits[:, 0].float())
-        return torch.cat(out).view(len(queries), len(docs))
+        return torch.cat(out)
 
 
 def _method_class(config) -> type:

@@ -46,6 +46,8 @@ def test_a_trained_bi_encoder_scores_every_pair_by_its_vectors(tmp_path) -> None
     with torch.no_grad():
         expected = teacher.model.encode_query(b.queries) @ teacher.model.encode_doc(b.docs).T
     assert scores.shape == (2, 4) and torch.allclose(scores, expected) and not scores.requires_grad
+    paired = teacher.pair_scores([b.queries[1], b.queries[0], b.queries[1]], [b.docs[0], b.docs[3], b.docs[2]], "cpu")
+    assert torch.allclose(paired, expected[[1, 0, 1], [0, 3, 2]], atol=1e-6)
     with pytest.raises(ValueError, match="method=csurf produces no vectors"):
         TrainedBiEncoder(str(tiny_run(tmp_path, "csurf")))
 
@@ -65,17 +67,24 @@ def test_a_cross_encoder_scores_each_pair_jointly(tmp_path) -> None:
     with torch.no_grad():
         one = teacher.model(**inputs).logits[0, 0]
     assert scores.shape == (2, 4) and scores[1, 2] == pytest.approx(one.item(), abs=1e-5)
+    assert torch.allclose(teacher.pair_scores([b.queries[1]], [b.docs[2]], "cpu"), one.view(1), atol=1e-5)
 
 
 class FixedTeacher:
     """Scores by a fixed (B, B·G) matrix, recording what it was asked."""
 
-    def __init__(self, matrix: torch.Tensor) -> None:
-        self.matrix, self.calls = matrix, []
+    def __init__(self, matrix: torch.Tensor, queries: list[str] = (), docs: list[str] = ()) -> None:
+        self.matrix, self.calls, self.queries, self.docs = matrix, [], list(queries), list(docs)
 
     def scores(self, queries, docs, device):
         self.calls.append((list(queries), list(docs)))
         return self.matrix.to(device)
+
+    def pair_scores(self, queries, docs, device):
+        self.calls.append((list(queries), list(docs)))
+        assert list(docs) == self.docs  # the group case pairs every document of the batch, in order, with its query
+        rows = [self.queries.index(query) for query in queries]
+        return self.matrix[rows, torch.arange(len(docs))].to(device)
 
 
 def test_in_batch_distillation_is_kl_over_every_document_of_the_batch() -> None:
@@ -97,11 +106,13 @@ def test_in_batch_distillation_is_kl_over_every_document_of_the_batch() -> None:
 def test_without_in_batch_negatives_the_teacher_scores_each_query_s_own_group() -> None:
     torch.manual_seed(0)
     b, matrix = batch(), torch.tensor([[3.0, 0.0, 1.0, -1.0], [0.5, 0.0, 2.0, 1.0]])
+    teacher = FixedTeacher(matrix, b.queries, b.docs)
     model = DeLADE(tiny_encoder(mlm_head=True), cls_dim=8, kd_weight=1.0, in_batch_negatives=False,
-                   teacher=FixedTeacher(matrix)).eval()  # fmt: skip
+                   teacher=teacher).eval()  # fmt: skip
     student = model.encode_query(b.queries).unsqueeze(1) @ model.encode_doc(b.docs).view(2, 2, -1).transpose(1, 2)
     own = torch.tensor([[3.0, 0.0], [2.0, 1.0]])  # query 0: documents 0-1; query 1: documents 2-3
     assert model.losses(b)[0]["kd"].item() == pytest.approx(kl_distillation(student.squeeze(1), own).item(), rel=1e-4)
+    assert teacher.calls == [([b.queries[0]] * 2 + [b.queries[1]] * 2, b.docs)]  # B·G pairs, not the whole batch
 
 
 def test_a_teacher_without_a_kd_weight_is_refused_and_not_saved(tmp_path) -> None:

@@ -152,9 +152,9 @@ class DeLADE(DenseBiEncoder):
             teacher = self.teacher.scores(batch.queries, batch.docs, q.device)
             student = {"kd": q @ d.T, "kd_lexical": q[:, :split] @ d[:, :split].T}
         else:  # the query's own group: (B, G)
-            if self.teacher is not None:
-                rows = torch.arange(size, device=q.device)
-                teacher = self.teacher.scores(batch.queries, batch.docs, q.device).view(size, size, group)[rows, rows]
+            if self.teacher is not None:  # B·G pairs, not the B²·G of the whole batch
+                paired = [text for text in batch.queries for _ in range(group)]
+                teacher = self.teacher.pair_scores(paired, batch.docs, q.device).view(size, group)
             else:
                 teacher = batch.teacher_scores.to(q.device)
             grouped = d.view(size, group, -1)
