@@ -60,8 +60,8 @@ class TrainedBiEncoder:
     def pair_scores(self, queries: list[str], docs: list[str], device: torch.device) -> torch.Tensor:
         """(N,) inner products of each query's vector with its paired document's (queries repeat: encoded once)."""
         self.model.to(device)
-        unique = list(dict.fromkeys(queries))
-        q = self.model.encode_query(unique).float()[[unique.index(text) for text in queries]]
+        row = {text: i for i, text in enumerate(dict.fromkeys(queries))}
+        q = self.model.encode_query(list(row)).float()[[row[text] for text in queries]]
         return (q * self.model.encode_doc(docs).float()).sum(dim=1)
 
 
