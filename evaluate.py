@@ -12,32 +12,13 @@ from pathlib import Path
 
 import hydra
 import lightning as L
-import torch
 from hydra.core.hydra_config import HydraConfig
 from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
 from retrieval_zoo.config_check import check_config
 from retrieval_zoo.pipeline import build_collection_and_bm25, encode_for_index, evaluate_method
-
-
-def load_trained(run_dir: Path, cfg: DictConfig) -> object:
-    """The model of ``cfg.method`` with the best (else last) checkpoint of a ``train.py`` run directory loaded."""
-    checkpoints = sorted((run_dir / "checkpoints").glob("*.ckpt"), key=lambda p: p.name == "last.ckpt")
-    if not checkpoints:
-        raise FileNotFoundError(f"no checkpoint under {run_dir / 'checkpoints'}")
-    model = instantiate(cfg.method)
-    model.load_state_dict(torch.load(checkpoints[0], map_location="cpu", weights_only=False)["state_dict"])
-    print(f"[evaluate] {checkpoints[0]}")
-    return model
-
-
-def trained_config(run_dir: Path) -> DictConfig:
-    """The resolved config a ``train.py`` run directory saved."""
-    path = run_dir / "run_config.yaml"
-    if not path.exists():
-        raise FileNotFoundError(f"{path} not found: run_dir must be a train.py output directory")
-    return OmegaConf.load(path)
+from retrieval_zoo.trained import load_trained, trained_config
 
 
 def override_keys(overrides: list[str]) -> set[str]:

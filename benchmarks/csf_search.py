@@ -49,7 +49,7 @@ def main() -> None:
     args = parser.parse_args()
     collection = embedded("default")
     if args.run_dir is not None:
-        from evaluate import load_trained, trained_config
+        from retrieval_zoo.trained import load_trained, trained_config
 
         model, name = load_trained(args.run_dir, trained_config(args.run_dir)), f"{args.run_dir.name} (trained)"
     else:

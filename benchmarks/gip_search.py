@@ -33,7 +33,7 @@ from retrieval_zoo.methods.base import RetrievalMethod
 
 def trained_model(run_dir: Path) -> RetrievalMethod:
     """A train.py run's best checkpoint."""
-    from evaluate import load_trained, trained_config
+    from retrieval_zoo.trained import load_trained, trained_config
 
     return load_trained(run_dir, trained_config(run_dir)).eval()
 

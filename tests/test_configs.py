@@ -14,6 +14,7 @@ from retrieval_zoo.backbones import Backbone
 from retrieval_zoo.data.collections import Collection
 from retrieval_zoo.methods.base import RetrievalMethod
 from tests.conftest import beir_layout
+from tests.test_teachers import tiny_run
 
 CONF = Path(__file__).resolve().parents[1] / "conf"
 
@@ -113,6 +114,9 @@ def test_debug_and_experiment_files_compose_and_instantiate(group: str, name: st
         overrides.append("backbone=tiny_random")
     if cfg.trainer.accelerator == "gpu":  # built on CPU here
         overrides += ["trainer.accelerator=cpu", "trainer.precision=32-true", "trainer.devices=1"]
+    teacher = cfg.method.get("teacher")
+    if teacher is not None and OmegaConf.is_missing(teacher, "run_dir"):
+        overrides.append(f"method.teacher.run_dir={tiny_run(tmp_path)}")  # the run a user names on the command line
     cfg = composed(*overrides)
     assert isinstance(instantiate(cfg.method), RetrievalMethod)
     instantiate(cfg.trainer, _partial_=True)(default_root_dir=str(tmp_path), logger=False)

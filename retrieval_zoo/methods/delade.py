@@ -3,10 +3,11 @@
 DeLADE is SPLADE with a softmax: ds_BoW[v] = max_i w_i·softmax(logit_i)[v] over the tokens but [CLS] (Eq. 23).
 DeLADE+[CLS] adds the [CLS] vector through a linear projection to 128 dimensions, and trains both jointly on the
 exact fused score ⟨q_BoW, d_BoW⟩ + λ⟨q_[CLS], d_[CLS]⟩ (Eq. 13, λ = 1) with the listwise NLL over BM25 and in-batch
-negatives (Eq. 17). The "+" models add KL distillation from teacher scores. The model produces ``term_weights``:
-retrieval densifies the lexical vectors into DLRs (Eq. 4–8) and the pair into DHRs (Eq. 14–16), searched by gated
-inner product in two stages (Eq. 18) (``index=gip``, the default); ``index=sparse`` scores the exact vectors, and
-``index=faiss`` the full [ds_BoW ; √λ·[CLS]] vectors by inner product.
+negatives (Eq. 17). The "+" models add KL distillation: from a teacher run file over each query's group, or, as §4.2
+trains them, from a teacher in the loop (:mod:`retrieval_zoo.teachers`) over every document of the batch. The model
+produces ``term_weights``: retrieval densifies the lexical vectors into DLRs (Eq. 4–8) and the pair into DHRs
+(Eq. 14–16), searched by gated inner product in two stages (Eq. 18) (``index=gip``, the default); ``index=sparse``
+scores the exact vectors, and ``index=faiss`` the full [ds_BoW ; √λ·[CLS]] vectors by inner product.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from retrieval_zoo.lexical.delade import delade_vectors
 from retrieval_zoo.losses import kl_distillation
 from retrieval_zoo.methods.base import Optim
 from retrieval_zoo.methods.dense import DenseBiEncoder
+from retrieval_zoo.teachers import Teacher
 from retrieval_zoo.training.datamodule import TrainBatch
 
 
@@ -40,11 +42,14 @@ class DeLADE(DenseBiEncoder):
         lambda_cls: λ of Eq. 13–14.
         in_batch_negatives: Score each query against every document of the batch (Eq. 17 as trained).
         gather_across_devices: Under DDP, in-batch negatives are the global batch's documents (with gradients).
-        kd_weight: Weight of KL(teacher ‖ fused score) over each query's group; > 0 needs ``data.teacher_run``.
+        kd_weight: Weight of KL(teacher ‖ fused score): over each query's group from ``data.teacher_run``, or with
+            ``teacher`` over every document of the batch (in-batch negatives, §4.2).
         kd_lexical_weight: Weight of the same KL on the lexical score alone (the reference code's optional term).
         kd_semantic_weight: Weight of the same KL on the [CLS] score alone.
         freeze_word_embeddings: Freeze the word embeddings (and the tied MLM decoder), as the reference code does.
         val_k: Validation retrieval depth.
+        teacher: An online teacher (:mod:`retrieval_zoo.teachers`) scoring each query against every document of the
+            batch; None distils from ``data.teacher_run`` instead.
     """
 
     representations: ClassVar[tuple[str, ...]] = ("term_weights", "vectors")
@@ -62,6 +67,7 @@ class DeLADE(DenseBiEncoder):
         kd_semantic_weight: float = 0.0,
         freeze_word_embeddings: bool = True,
         val_k: int = 100,
+        teacher: Teacher | None = None,
     ) -> None:
         super().__init__(encoder, optim, in_batch_negatives, gather_across_devices, val_k=val_k)
         if not encoder.mlm_head:
@@ -73,7 +79,11 @@ class DeLADE(DenseBiEncoder):
             raise ValueError("kd_semantic_weight needs a [CLS] part (cls_dim > 0)")
         self.lambda_cls = lambda_cls
         self.kd_weights = {"kd": kd_weight, "kd_lexical": kd_lexical_weight, "kd_semantic": kd_semantic_weight}
-        self.needs = frozenset({"teacher_scores"}) if any(w > 0 for w in self.kd_weights.values()) else frozenset()
+        distils = any(w > 0 for w in self.kd_weights.values())
+        if teacher is not None and not distils:
+            raise ValueError("method.teacher is set but every KD weight is 0: set method.kd_weight > 0")
+        self.__dict__["teacher"] = teacher  # frozen and not a submodule: neither trained nor saved with the student
+        self.needs = frozenset({"teacher_scores"}) if distils and teacher is None else frozenset()
         if freeze_word_embeddings:
             encoder.model.get_input_embeddings().weight.requires_grad_(False)
 
@@ -102,24 +112,65 @@ class DeLADE(DenseBiEncoder):
         q, d = self.encode_query(batch.queries), self.encode_doc(batch.docs)
         nll, accuracy = self.listwise_nll(q, d, batch)
         losses, split = {"nll": nll}, self.vocab_size
-        d = d.view(len(batch.qids), len(batch.docids[0]), -1)
-        group_scores = {  # (B, G): each query against its own group, fused and per part
-            "kd": torch.einsum("bh,bgh->bg", q, d),
-            "kd_lexical": torch.einsum("bh,bgh->bg", q[:, :split], d[:, :, :split]),
-        }
-        if self.cls_projection is not None:
-            group_scores["kd_semantic"] = group_scores["kd"] - group_scores["kd_lexical"]  # λ·<q_cls, d_cls>
+        student, teacher = self.distillation_scores(q, d, batch)
         for name, weight in self.kd_weights.items():
             if weight > 0:
-                losses[name] = weight * kl_distillation(group_scores[name], batch.teacher_scores.to(q.device))
+                losses[name] = weight * kl_distillation(student[name], teacher)
+        group = len(batch.docids[0])
+        d = d.view(len(batch.qids), group, -1)
+        lexical_positive = torch.einsum("bh,bh->b", q[:, :split], d[:, 0, :split]).detach()
         diagnostics = {
             "accuracy": accuracy,
-            "score/lexical_positive": group_scores["kd_lexical"][:, 0].detach(),
+            "score/lexical_positive": lexical_positive,
             "lexical/max": d[:, :, :split].detach().amax(dim=2).flatten(),
         }
         if self.cls_projection is not None:
-            diagnostics["score/semantic_positive"] = group_scores["kd_semantic"][:, 0].detach()
+            fused_positive = torch.einsum("bh,bh->b", q, d[:, 0]).detach()
+            diagnostics["score/semantic_positive"] = fused_positive - lexical_positive
+        if teacher is not None:
+            positives = self.positive_columns(teacher, group)
+            diagnostics["kd/teacher_accuracy"] = (teacher.argmax(dim=1) == positives).float()
         return losses, diagnostics
+
+    def distillation_scores(
+        self, q: torch.Tensor, d: torch.Tensor, batch: TrainBatch
+    ) -> tuple[dict[str, torch.Tensor], torch.Tensor | None]:
+        """The student's KD scores (fused, lexical, semantic) and the teacher's, over the same candidates.
+
+        From a run file: each query's own group, (B, G). From an online teacher: every document of the (local) batch
+        with in-batch negatives, (B, B·G), else the query's own group; the teacher scores the same texts.
+
+        Args:
+            q: (B, |V| + cls_dim) fused query vectors.
+            d: (B·G, |V| + cls_dim) fused document vectors, grouped by query.
+            batch: The batch (its texts and, from a run file, ``teacher_scores``).
+        """
+        if not any(w > 0 for w in self.kd_weights.values()):
+            return {}, None
+        split, size, group = self.vocab_size, len(batch.qids), len(batch.docids[0])
+        if self.teacher is not None and self.in_batch_negatives:  # every document of the batch: (B, B·G)
+            teacher = self.teacher.scores(batch.queries, batch.docs, q.device)
+            student = {"kd": q @ d.T, "kd_lexical": q[:, :split] @ d[:, :split].T}
+        else:  # the query's own group: (B, G)
+            if self.teacher is not None:  # B·G pairs, not the B²·G of the whole batch
+                paired = [text for text in batch.queries for _ in range(group)]
+                teacher = self.teacher.pair_scores(paired, batch.docs, q.device).view(size, group)
+            else:
+                teacher = batch.teacher_scores.to(q.device)
+            grouped = d.view(size, group, -1)
+            student = {
+                "kd": torch.einsum("bh,bgh->bg", q, grouped),
+                "kd_lexical": torch.einsum("bh,bgh->bg", q[:, :split], grouped[:, :, :split]),
+            }
+        if self.cls_projection is not None:
+            student["kd_semantic"] = student["kd"] - student["kd_lexical"]  # λ·<q_cls, d_cls>
+        return student, teacher
+
+    @staticmethod
+    def positive_columns(scores: torch.Tensor, group: int) -> torch.Tensor:
+        """Column of each query's positive in (B, G) group scores (0) or (B, B·G) batch scores (b·G)."""
+        rows = torch.arange(scores.shape[0], device=scores.device)
+        return rows * group if scores.shape[1] > group else torch.zeros_like(rows)
 
     def term_encoder(self, collection: Collection, bm25: BM25) -> TermEncoder:
         """ds_BoW (Eq. 23) and the projected [CLS] of queries and of the collection's documents, for GIP or sparse."""
