@@ -26,14 +26,41 @@ from retrieval_zoo.methods.base import RetrievalMethod
 LEXICAL = ("bm25", "splade")
 
 
+class TermBags:
+    """Bags of words (term → weight) as CSR rows over a fixed vocabulary: integer arrays, not Python dicts.
+
+    Built once (one pass over the bags); :meth:`dense` then gathers any rows into a matrix with tensor ops, with no
+    Python loop over documents or terms. Terms outside the vocabulary match nothing and are not stored.
+
+    Args:
+        bags: (n,) term → weight.
+        vocabulary: term → column.
+    """
+
+    def __init__(self, bags: list[dict[str, float]], vocabulary: dict[str, int]) -> None:
+        pairs = [[(vocabulary[t], w) for t, w in bag.items() if t in vocabulary] for bag in bags]
+        self.width = len(vocabulary)
+        self.indptr = torch.tensor([0] + [len(row) for row in pairs]).cumsum(0)  # (n + 1,)
+        self.columns = torch.tensor([c for row in pairs for c, _ in row], dtype=torch.long)  # (nnz,)
+        self.weights = torch.tensor([w for row in pairs for _, w in row], dtype=torch.float32)  # (nnz,)
+
+    def __len__(self) -> int:
+        return len(self.indptr) - 1
+
+    def dense(self, rows: torch.Tensor) -> torch.Tensor:
+        """(m,) row numbers → (m, |vocabulary|) float32 matrix of those bags."""
+        starts, counts = self.indptr[rows], self.indptr[rows + 1] - self.indptr[rows]
+        owner = torch.arange(len(rows)).repeat_interleave(counts)  # (nnz_m,): output row of each entry
+        first = torch.cumsum(counts, 0) - counts  # where each output row's entries begin
+        entries = starts.repeat_interleave(counts) + torch.arange(int(counts.sum())) - first.repeat_interleave(counts)
+        matrix = torch.zeros(len(rows), self.width)
+        matrix[owner, self.columns[entries]] = self.weights[entries]
+        return matrix
+
+
 def bag_matrix(bags: list[dict[str, float]], vocabulary: dict[str, int]) -> torch.Tensor:
     """(n,) term → weight bags as an (n, |vocabulary|) matrix; terms outside the vocabulary match nothing."""
-    matrix = torch.zeros(len(bags), len(vocabulary))
-    for row, bag in enumerate(bags):
-        for term, weight in bag.items():
-            if term in vocabulary:
-                matrix[row, vocabulary[term]] = weight
-    return matrix
+    return TermBags(bags, vocabulary).dense(torch.arange(len(bags)))
 
 
 class DhrFusion(RetrievalMethod):
@@ -86,14 +113,16 @@ class DhrFusion(RetrievalMethod):
         corpus = collection.corpus
         if self.lexical == "bm25":
             docids = list(corpus)
-            bags = dict(zip(docids, bm25.document_term_weights(docids, saturation_only=True), strict=True))
-            vocabulary = {term: i for i, term in enumerate(sorted(set().union(*bags.values())))}
+            saturation = bm25.document_term_weights(docids, saturation_only=True)
+            vocabulary = {term: i for i, term in enumerate(sorted(set().union(*saturation)))}
+            doc_bags, row_of = TermBags(saturation, vocabulary), {d: i for i, d in enumerate(docids)}
+            del saturation
 
             def lexical_queries(texts: list[str]) -> torch.Tensor:
                 return bag_matrix(bm25.query_idf(texts), vocabulary)
 
             def lexical_docs(ids: list[str]) -> torch.Tensor:
-                return bag_matrix([bags[d] for d in ids], vocabulary)
+                return doc_bags.dense(torch.tensor([row_of[d] for d in ids], dtype=torch.long))
 
             vocab_size, discard, words = len(vocabulary), 0, list(vocabulary)
             terms = lambda ids: [words[i] for i in ids]  # noqa: E731
