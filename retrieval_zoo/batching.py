@@ -9,9 +9,15 @@ import torch
 from tqdm import tqdm
 
 
-def length_sorted_batches(texts: list[str], batch_size: int) -> list[list[int]]:
-    """Indices of ``texts`` in batches of similar length (longest first), so padding is minimal."""
-    order = sorted(range(len(texts)), key=lambda i: len(texts[i]), reverse=True)
+def length_sorted_batches(texts: list[str], batch_size: int, lengths: list[int] | None = None) -> list[list[int]]:
+    """Indices of ``texts`` in batches of similar length (longest first), so padding is minimal.
+
+    ``lengths`` gives the length of each item when the items are not the texts themselves (document ids).
+    """
+    lengths = lengths if lengths is not None else [len(t) for t in texts]
+    if len(lengths) != len(texts):
+        raise ValueError(f"{len(lengths)} lengths for {len(texts)} items")
+    order = sorted(range(len(texts)), key=lengths.__getitem__, reverse=True)
     return [order[i : i + batch_size] for i in range(0, len(order), batch_size)]
 
 
@@ -26,14 +32,20 @@ def encode_all(
 
 @torch.inference_mode()
 def encode_payload(
-    encode: Callable[[list[str]], dict[str, torch.Tensor | None]], texts: list[str], batch_size: int, desc: str
+    encode: Callable[[list[str]], dict[str, torch.Tensor | None]],
+    texts: list[str],
+    batch_size: int,
+    desc: str,
+    lengths: list[int] | None = None,
 ) -> dict[str, torch.Tensor]:
     """Named row-aligned float32 tensors of ``texts``, encoded in length-sorted batches, in the input order.
 
-    ``encode`` maps a batch of texts to named (n, ...) tensors; a name whose value is None is left out.
+    ``encode`` maps a batch of texts to named (n, ...) tensors; a name whose value is None is left out. When the
+    items are ids, ``lengths`` gives the length of the text each stands for, so batches still group similar lengths.
     """
     out: dict[str, torch.Tensor] = {}
-    for batch in tqdm(length_sorted_batches(texts, batch_size), desc=desc, unit="batch", leave=False, mininterval=5):
+    batches = length_sorted_batches(texts, batch_size, lengths)
+    for batch in tqdm(batches, desc=desc, unit="batch", leave=False, mininterval=5):
         for name, value in encode([texts[i] for i in batch]).items():
             if value is None:
                 continue

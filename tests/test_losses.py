@@ -3,7 +3,7 @@ import math
 import pytest
 import torch
 
-from retrieval_zoo.batching import length_sorted_batches
+from retrieval_zoo.batching import encode_payload, length_sorted_batches
 from retrieval_zoo.encoder import cls_pool, mean_pool
 from retrieval_zoo.losses import group_targets, in_batch_accuracy, listwise_nll
 from retrieval_zoo.methods.base import Optim
@@ -36,6 +36,22 @@ def test_length_sorted_batches_cover_every_index_once() -> None:
     texts = ["a", "ccc", "bb", "dddd", "e"]
     batches = length_sorted_batches(texts, 2)
     assert batches[0] == [3, 1] and sorted(i for b in batches for i in b) == list(range(5))
+
+
+def test_ids_are_batched_by_the_length_of_the_texts_they_stand_for() -> None:
+    corpus = {"d1": "a long text of many words", "d22": "short", "d333": "mid length text"}
+    ids = list(corpus)
+    seen: list[list[str]] = []
+
+    def encode(batch: list[str]) -> dict[str, torch.Tensor]:
+        seen.append(batch)
+        return {"rows": torch.tensor([[float(ids.index(d))] for d in batch])}
+
+    payload = encode_payload(encode, ids, 1, "docs", lengths=[len(corpus[d]) for d in ids])
+    assert seen == [["d1"], ["d333"], ["d22"]]  # by text length; by id length it would be d333, d22, d1
+    assert payload["rows"].flatten().tolist() == [0.0, 1.0, 2.0]  # rows back in input order
+    with pytest.raises(ValueError, match="2 lengths for 3 items"):
+        length_sorted_batches(ids, 1, lengths=[1, 2])
 
 
 def test_schedule_is_a_pure_function_of_the_step() -> None:

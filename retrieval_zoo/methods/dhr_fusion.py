@@ -141,7 +141,8 @@ class DhrFusion(RetrievalMethod):
             return {"lexical": lexical_docs(ids), "cls": self._semantic([corpus[d] for d in ids], query=False)}
 
         def encode_shard(ids: list[str]) -> Payload:
-            return encode_payload(encode_docs, ids, self.encode_batch_size, "docs")
+            lengths = [len(corpus[d]) for d in ids]  # sort by the texts' length, not the ids'
+            return encode_payload(encode_docs, ids, self.encode_batch_size, "docs", lengths)
 
         def encode_queries(texts: list[str]) -> tuple[torch.Tensor, torch.Tensor | None]:
             return lexical_queries(texts), self._semantic(texts, query=True)
