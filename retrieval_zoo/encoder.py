@@ -9,6 +9,7 @@ its last hidden states (mean over real tokens, CLEAR Eq. 2–3; or [CLS], DPR an
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import torch
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
@@ -30,6 +31,43 @@ def cls_pool(hidden: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor
 
 
 POOLING: dict[str, Callable[[torch.Tensor, torch.Tensor], torch.Tensor]] = {"mean": mean_pool, "cls": cls_pool}
+
+
+@dataclass
+class Tokens:
+    """A side's texts as the encoder reads them: (N, L) input ids and attention mask, padded to the longest."""
+
+    ids: torch.Tensor
+    mask: torch.Tensor
+
+    def to(self, device: torch.device) -> Tokens:
+        """The same tokens on ``device``."""
+        return Tokens(self.ids.to(device), self.mask.to(device))
+
+
+class TextTokenizer:
+    """Texts of a side → :class:`Tokens` on the CPU, with the side's marker and maximum length.
+
+    Small and picklable, so the DataLoader's workers tokenize training batches (:meth:`Encoder.text_tokenizer`)
+    while the accelerator runs the previous step; the encoder tokenizes through the same object, so both give the
+    same ids.
+
+    Args:
+        tokenizer: The backbone's tokenizer (with the markers already added).
+        max_length: Side → truncation, in tokens.
+        markers: Side → a token prefixed to that side's texts.
+    """
+
+    def __init__(self, tokenizer: PreTrainedTokenizerBase, max_length: dict[str, int], markers: dict[str, str]) -> None:
+        self.tokenizer, self.max_length, self.markers = tokenizer, dict(max_length), dict(markers)
+
+    def __call__(self, texts: list[str], side: str) -> Tokens:
+        """(N,) texts of ``side`` (``query`` or ``doc``) → (N, L) ids and mask."""
+        marker = self.markers.get(side)
+        texts = [f"{marker} {t}" for t in texts] if marker else texts
+        tokens = self.tokenizer(texts, padding=True, truncation=True, max_length=self.max_length[side],
+                                return_tensors="pt")  # fmt: skip
+        return Tokens(tokens["input_ids"], tokens["attention_mask"])
 
 
 class Encoder(torch.nn.Module):
@@ -85,13 +123,17 @@ class Encoder(torch.nn.Module):
         """Where the weights are."""
         return next(self.model.parameters()).device
 
-    def tokenize(self, texts: list[str], side: str) -> tuple[torch.Tensor, torch.Tensor]:
-        """(N,) texts of ``side`` (``query`` or ``doc``) → padded input ids and attention mask, both (N, L)."""
-        marker = self.markers.get(side)
-        texts = [f"{marker} {t}" for t in texts] if marker else texts
-        tokens = self.tokenizer(texts, padding=True, truncation=True, max_length=self.max_length[side],
-                                return_tensors="pt")  # fmt: skip
-        return tokens["input_ids"].to(self.device), tokens["attention_mask"].to(self.device)
+    def text_tokenizer(self) -> TextTokenizer:
+        """The tokenizer with this encoder's markers and maximum lengths, for the DataLoader's workers."""
+        return TextTokenizer(self.tokenizer, self.max_length, self.markers)
+
+    def tokenize(self, texts: list[str] | Tokens, side: str) -> tuple[torch.Tensor, torch.Tensor]:
+        """(N,) texts of ``side`` (``query`` or ``doc``), or their :class:`Tokens` → (N, L) ids and mask on the device.
+
+        Tokens (a training batch's, made in the DataLoader) are used as they are; texts are tokenized here.
+        """
+        tokens = texts if isinstance(texts, Tokens) else self.text_tokenizer()(texts, side)
+        return tokens.ids.to(self.device), tokens.mask.to(self.device)
 
     def hidden_states(self, ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         """(N, L) ids and mask → (N, L, H) last hidden states of the encoder (below any MLM head)."""
@@ -106,6 +148,6 @@ class Encoder(torch.nn.Module):
         """(N, L) ids and mask → (N, H) pooled vectors."""
         return self.pool(self.hidden_states(ids, mask), mask)
 
-    def encode(self, texts: list[str], side: str) -> torch.Tensor:
-        """(N,) texts of ``side`` → (N, H) pooled vectors."""
+    def encode(self, texts: list[str] | Tokens, side: str) -> torch.Tensor:
+        """(N,) texts of ``side``, or their :class:`Tokens` → (N, H) pooled vectors."""
         return self.embed(*self.tokenize(texts, side))

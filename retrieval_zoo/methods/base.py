@@ -15,7 +15,7 @@ from typing import ClassVar
 import lightning as L
 import torch
 
-from retrieval_zoo.encoder import Encoder
+from retrieval_zoo.encoder import Encoder, TextTokenizer
 from retrieval_zoo.loggers import log_histogram
 from retrieval_zoo.resume import RNG_KEY, RandomState
 from retrieval_zoo.training.datamodule import TrainBatch
@@ -98,6 +98,10 @@ class RetrievalMethod(L.LightningModule):
     def losses(self, batch: TrainBatch) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]:
         """Named losses to sum, and named diagnostics to log, for one batch."""
         raise NotImplementedError
+
+    def text_tokenizer(self) -> TextTokenizer | None:
+        """What the DataLoader tokenizes training batches with (the encoder's), or None for a method without one."""
+        return self.encoder.text_tokenizer() if self.encoder is not None else None
 
     def encoding_settings(self) -> dict:
         """What besides the weights changes the method's encoding of a corpus (hashed into its cache key)."""

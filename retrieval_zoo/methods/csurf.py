@@ -19,7 +19,7 @@ import torch
 import torch.nn.functional as F
 
 from retrieval_zoo.distributed import global_mean
-from retrieval_zoo.encoder import Encoder
+from retrieval_zoo.encoder import Encoder, Tokens
 from retrieval_zoo.lexical.csf import BAGS, CsfBags, Postings, csf_bags, gather_bags, max_sum_scores
 from retrieval_zoo.lexical.splade import max_pooled_logits, mlm_head_parts
 from retrieval_zoo.losses import (
@@ -111,12 +111,12 @@ class CSurF(RetrievalMethod):
             vectors = F.normalize(vectors, dim=-1) if self.similarity == "cosine" else vectors
         return csf_bags(expansion, sources, self_weights, ids, source_mask, vectors, self.bags), expansion
 
-    def encode_query(self, texts: list[str]) -> CsfBags:
-        """(B,) texts → their bags of CSFs."""
+    def encode_query(self, texts: list[str] | Tokens) -> CsfBags:
+        """(B,) texts, or their tokens → their bags of CSFs."""
         return self.encode_bags(*self.encoder.tokenize(texts, "query"))[0]
 
-    def encode_doc(self, texts: list[str]) -> CsfBags:
-        """(N,) texts → their bags of CSFs."""
+    def encode_doc(self, texts: list[str] | Tokens) -> CsfBags:
+        """(N,) texts, or their tokens → their bags of CSFs."""
         return self.encode_bags(*self.encoder.tokenize(texts, "doc"))[0]
 
     def score(self, queries: CsfBags, docs: CsfBags) -> torch.Tensor:
@@ -130,8 +130,8 @@ class CSurF(RetrievalMethod):
         Under DDP the in-batch negatives are the global batch's documents (``gather_across_devices``) and FLOPS
         takes the mean weights of the global batch, so every rank's loss is its share of the single-device loss.
         """
-        q, q_weights = self.encode_bags(*self.encoder.tokenize(batch.queries, "query"))
-        d, d_weights = self.encode_bags(*self.encoder.tokenize(batch.docs, "doc"))
+        q, q_weights = self.encode_bags(*self.encoder.tokenize(batch.query_input, "query"))
+        d, d_weights = self.encode_bags(*self.encoder.tokenize(batch.doc_input, "doc"))
         gather = self.in_batch_negatives and self.gather_across_devices
         candidates, first = gather_bags(d) if gather else (d, 0)
         scores = self.score(q, candidates)  # (B, N): N documents of the batch (of the global batch when gathered)

@@ -19,7 +19,7 @@ import torch
 
 from retrieval_zoo.batching import encode_payload
 from retrieval_zoo.data.collections import Collection
-from retrieval_zoo.encoder import Encoder
+from retrieval_zoo.encoder import Encoder, Tokens
 from retrieval_zoo.index.terms import BERT_DISCARD, TermEncoder
 from retrieval_zoo.lexical.bm25 import BM25
 from retrieval_zoo.lexical.delade import delade_vectors
@@ -83,7 +83,9 @@ class DeLADE(DenseBiEncoder):
         if teacher is not None and not distils:
             raise ValueError("method.teacher is set but every KD weight is 0: set method.kd_weight > 0")
         self.__dict__["teacher"] = teacher  # frozen and not a submodule: neither trained nor saved with the student
-        self.needs = frozenset({"teacher_scores"}) if distils and teacher is None else frozenset()
+        self.needs = frozenset({"teacher_scores"} if distils and teacher is None else set())
+        if teacher is not None:  # the teacher reads the texts with its own tokenizer
+            self.needs = frozenset({"texts"})
         if freeze_word_embeddings:
             encoder.model.get_input_embeddings().weight.requires_grad_(False)
 
@@ -99,17 +101,17 @@ class DeLADE(DenseBiEncoder):
         lexical, cls = self.encode_parts(ids, mask)
         return lexical if cls is None else torch.cat([lexical, math.sqrt(self.lambda_cls) * cls], dim=1)
 
-    def encode_query(self, texts: list[str]) -> torch.Tensor:
-        """(B,) texts → (B, |V| + cls_dim) fused query vectors."""
+    def encode_query(self, texts: list[str] | Tokens) -> torch.Tensor:
+        """(B,) texts, or their tokens → (B, |V| + cls_dim) fused query vectors."""
         return self.fused(*self.encoder.tokenize(texts, "query"))
 
-    def encode_doc(self, texts: list[str]) -> torch.Tensor:
-        """(N,) texts → (N, |V| + cls_dim) fused document vectors."""
+    def encode_doc(self, texts: list[str] | Tokens) -> torch.Tensor:
+        """(N,) texts, or their tokens → (N, |V| + cls_dim) fused document vectors."""
         return self.fused(*self.encoder.tokenize(texts, "doc"))
 
     def losses(self, batch: TrainBatch) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]:
         """NLL of Eq. 17 on the exact fused score, plus the weighted KL terms when distilling."""
-        q, d = self.encode_query(batch.queries), self.encode_doc(batch.docs)
+        q, d = self.encode_query(batch.query_input), self.encode_doc(batch.doc_input)
         nll, accuracy = self.listwise_nll(q, d, batch)
         losses, split = {"nll": nll}, self.vocab_size
         student, teacher = self.distillation_scores(q, d, batch)

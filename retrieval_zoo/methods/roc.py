@@ -83,8 +83,8 @@ class RoC(DenseBiEncoder):
 
     def losses(self, batch: TrainBatch) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]:
         """NLL of the positive (Eq. 7) plus the weighted orthogonality (Eq. 8–9) on the perturbed documents."""
-        query_ids, query_mask = self.encoder.tokenize(batch.queries, "query")
-        doc_ids, doc_mask = self.encoder.tokenize(batch.docs, "doc")
+        query_ids, query_mask = self.encoder.tokenize(batch.query_input, "query")
+        doc_ids, doc_mask = self.encoder.tokenize(batch.doc_input, "doc")
         if self.mask_fraction > 0:  # Eq. 10: d' = d with a sample of X_EM masked
             tokenizer = self.encoder.tokenizer
             doc_ids = mask_exact_matches(doc_ids, query_ids, self.mask_fraction, tokenizer.mask_token_id,

@@ -4,7 +4,9 @@ Optional batch fields are filled only when the method declares it needs them (``
 ``bm25_scores`` (BM25 of every pair of the group), ``bm25_vectors`` (IDF of query terms and TF saturation of
 document terms, whose inner product is BM25: RoC's q_bm25 and d_bm25) and ``teacher_scores`` (from a run file,
 for distillation). All BM25 work happens once in :meth:`TriplesDataModule.setup`, before training, so no training
-step waits on Java.
+step waits on Java. Given the method's tokenizer, the DataLoader (its workers, with ``num_workers`` > 0) turns the
+texts into :class:`~retrieval_zoo.encoder.Tokens`, so the training step receives tensors; the texts themselves come
+only to a method that needs them (``texts``: an online teacher with its own tokenizer).
 """
 
 from __future__ import annotations
@@ -17,12 +19,13 @@ from torch.utils.data import DataLoader
 
 from retrieval_zoo.data.collections import Collection, check_ids
 from retrieval_zoo.data.formats import Run, read_run
+from retrieval_zoo.encoder import TextTokenizer, Tokens
 from retrieval_zoo.lexical.bm25 import BM25
 from retrieval_zoo.training.loaders import GroupDataset, ResumableLoader
 from retrieval_zoo.training.lookups import PairTable, precompute_fields, restrict_to_teacher
 from retrieval_zoo.training.negatives import GroupSampling, ShardedEpochSampler, negative_pool
 
-FIELDS = frozenset({"bm25_scores", "bm25_vectors", "teacher_scores"})
+FIELDS = frozenset({"bm25_scores", "bm25_vectors", "teacher_scores", "texts"})
 
 
 @dataclass
@@ -31,23 +34,37 @@ class TrainBatch:
 
     Attributes:
         qids: (B,) query ids.
-        queries: (B,) query texts.
+        queries: (B,) query texts; None when the DataLoader tokenized them and the method needs no texts.
         docids: (B, G) document ids.
-        docs: (B·G,) document texts, row-major.
+        docs: (B·G,) document texts, row-major; None as ``queries``.
         bm25_scores: (B, G) BM25(q, d), when the method needs it.
         bm25_query_vectors: (B,) term → IDF, when the method needs BM25 vectors.
         bm25_doc_vectors: (B·G,) term → BM25 TF saturation, when the method needs BM25 vectors.
         teacher_scores: (B, G) teacher scores, when the method distils.
+        query_tokens: (B, Lq) the queries' tokens, when the DataModule has the method's tokenizer.
+        doc_tokens: (B·G, Ld) the documents' tokens, likewise.
     """
 
     qids: list[str]
-    queries: list[str]
+    queries: list[str] | None
     docids: list[list[str]]
-    docs: list[str]
+    docs: list[str] | None
     bm25_scores: torch.Tensor | None = None
     bm25_query_vectors: list[dict[str, float]] | None = None
     bm25_doc_vectors: list[dict[str, float]] | None = None
     teacher_scores: torch.Tensor | None = None
+    query_tokens: Tokens | None = None
+    doc_tokens: Tokens | None = None
+
+    @property
+    def query_input(self) -> Tokens | list[str]:
+        """The queries as an encoder takes them: their tokens when the DataLoader made them, else their texts."""
+        return self.query_tokens if self.query_tokens is not None else self.queries
+
+    @property
+    def doc_input(self) -> Tokens | list[str]:
+        """The documents as an encoder takes them (see :attr:`query_input`)."""
+        return self.doc_tokens if self.doc_tokens is not None else self.docs
 
 
 class TriplesDataModule(L.LightningDataModule):
@@ -71,6 +88,8 @@ class TriplesDataModule(L.LightningDataModule):
         num_workers: DataLoader workers (the JVM lives in its own process, so they may fork).
         holdout_queries: Judged training queries kept out of training (:meth:`Collection.tuning_qids`), on which
             evaluation tunes fusion weights such as CLEAR's λ_test.
+        tokenizer: The method's :class:`~retrieval_zoo.encoder.TextTokenizer` (``train.py`` passes it): batches carry
+            tokens, made in the DataLoader; None leaves the texts for the method to tokenize.
     """
 
     def __init__(
@@ -90,6 +109,7 @@ class TriplesDataModule(L.LightningDataModule):
         val_queries: int | None = 300,
         num_workers: int = 0,
         holdout_queries: int = 0,
+        tokenizer: TextTokenizer | None = None,
     ) -> None:
         super().__init__()
         unknown = set(needs) - FIELDS
@@ -101,7 +121,7 @@ class TriplesDataModule(L.LightningDataModule):
         self.batch_size, self.n_negatives, self.seed, self.epochs = batch_size, n_negatives, seed, epochs
         self.negatives_run, self.negative_depth, self.random_negatives = negatives_run, negative_depth, random_negatives
         self.teacher_run, self.val_split, self.val_queries = teacher_run, val_split, val_queries
-        self.num_workers, self.holdout_queries = num_workers, holdout_queries
+        self.num_workers, self.holdout_queries, self.tokenizer = num_workers, holdout_queries, tokenizer
         self.sampling: GroupSampling | None = None
         self.train_loader: ResumableLoader | None = None
         self.resume_position: dict[str, int] | None = None
@@ -216,6 +236,11 @@ class TriplesDataModule(L.LightningDataModule):
         docids = [group for _, group in items]
         flat = [d for group in docids for d in group]
         batch = TrainBatch(qids, [queries[q] for q in qids], docids, [corpus[d] for d in flat])
+        if self.tokenizer is not None:
+            batch.query_tokens = self.tokenizer(batch.queries, "query")
+            batch.doc_tokens = self.tokenizer(batch.docs, "doc")
+            if "texts" not in self.needs:
+                batch.queries = batch.docs = None
         tables: dict[str, PairTable] = self.tables
         if "bm25_scores" in self.needs:
             batch.bm25_scores = tables["bm25_scores"].matrix(qids, docids)
