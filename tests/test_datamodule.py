@@ -204,6 +204,10 @@ def test_training_steps_receive_tokens_made_in_the_dataloader_and_lose_nothing(t
     items = [(q, dm.sampling.group(q, 0)) for q in dm.train_qids[:4]]
     tokenized, texts = dm.collate(items), plain.collate(items)
     assert tokenized.queries is None and tokenized.docs is None  # no strings reach the step, but ids
+    wants_texts = TriplesDataModule(tiny, tiny_bm25, batch_size=8, needs={"texts"}, tokenizer=model.text_tokenizer())
+    wants_texts.setup()
+    kept = wants_texts.collate(items)  # an online teacher reads the texts with its own tokenizer
+    assert kept.queries == texts.queries and kept.docs == texts.docs and kept.query_tokens is not None
     assert torch.equal(tokenized.query_tokens.ids, model.encoder.tokenize(texts.queries, "query")[0])
     assert torch.equal(tokenized.doc_tokens.mask, model.encoder.tokenize(texts.docs, "doc")[1])
     torch.manual_seed(0)
