@@ -9,12 +9,12 @@ its last hidden states (mean over real tokens, CLEAR Eq. 2–3; or [CLS], DPR an
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
 
 import torch
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from retrieval_zoo.backbones import Backbone
+from retrieval_zoo.tokens import TextTokenizer, Tokens
 
 SIDES = ("query", "doc")
 
@@ -31,43 +31,6 @@ def cls_pool(hidden: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor
 
 
 POOLING: dict[str, Callable[[torch.Tensor, torch.Tensor], torch.Tensor]] = {"mean": mean_pool, "cls": cls_pool}
-
-
-@dataclass
-class Tokens:
-    """A side's texts as the encoder reads them: (N, L) input ids and attention mask, padded to the longest."""
-
-    ids: torch.Tensor
-    mask: torch.Tensor
-
-    def to(self, device: torch.device) -> Tokens:
-        """The same tokens on ``device``."""
-        return Tokens(self.ids.to(device), self.mask.to(device))
-
-
-class TextTokenizer:
-    """Texts of a side → :class:`Tokens` on the CPU, with the side's marker and maximum length.
-
-    Small and picklable, so the DataLoader's workers tokenize training batches (:meth:`Encoder.text_tokenizer`)
-    while the accelerator runs the previous step; the encoder tokenizes through the same object, so both give the
-    same ids.
-
-    Args:
-        tokenizer: The backbone's tokenizer (with the markers already added).
-        max_length: Side → truncation, in tokens.
-        markers: Side → a token prefixed to that side's texts.
-    """
-
-    def __init__(self, tokenizer: PreTrainedTokenizerBase, max_length: dict[str, int], markers: dict[str, str]) -> None:
-        self.tokenizer, self.max_length, self.markers = tokenizer, dict(max_length), dict(markers)
-
-    def __call__(self, texts: list[str], side: str) -> Tokens:
-        """(N,) texts of ``side`` (``query`` or ``doc``) → (N, L) ids and mask."""
-        marker = self.markers.get(side)
-        texts = [f"{marker} {t}" for t in texts] if marker else texts
-        tokens = self.tokenizer(texts, padding=True, truncation=True, max_length=self.max_length[side],
-                                return_tensors="pt")  # fmt: skip
-        return Tokens(tokens["input_ids"], tokens["attention_mask"])
 
 
 class Encoder(torch.nn.Module):

@@ -15,9 +15,10 @@ from typing import ClassVar
 import lightning as L
 import torch
 
-from retrieval_zoo.encoder import Encoder, TextTokenizer
+from retrieval_zoo.encoder import Encoder
 from retrieval_zoo.loggers import log_histogram
 from retrieval_zoo.resume import RNG_KEY, RandomState
+from retrieval_zoo.tokens import TextTokenizer
 from retrieval_zoo.training.datamodule import TrainBatch
 
 QUANTILES = (0.1, 0.5, 0.9)

@@ -19,7 +19,7 @@ import torch
 import torch.nn.functional as F
 
 from retrieval_zoo.distributed import global_mean
-from retrieval_zoo.encoder import Encoder, Tokens
+from retrieval_zoo.encoder import Encoder
 from retrieval_zoo.lexical.csf import BAGS, CsfBags, Postings, csf_bags, gather_bags, max_sum_scores
 from retrieval_zoo.lexical.splade import max_pooled_logits, mlm_head_parts
 from retrieval_zoo.losses import (
@@ -32,6 +32,7 @@ from retrieval_zoo.losses import (
 )
 from retrieval_zoo.methods.base import Optim, RetrievalMethod
 from retrieval_zoo.rows import take_rows
+from retrieval_zoo.tokens import Tokens
 from retrieval_zoo.training.datamodule import TrainBatch
 
 SIMILARITIES = ("cosine", "dot")

@@ -19,7 +19,7 @@ import torch
 
 from retrieval_zoo.batching import encode_payload
 from retrieval_zoo.data.collections import Collection
-from retrieval_zoo.encoder import Encoder, Tokens
+from retrieval_zoo.encoder import Encoder
 from retrieval_zoo.index.terms import BERT_DISCARD, TermEncoder
 from retrieval_zoo.lexical.bm25 import BM25
 from retrieval_zoo.lexical.delade import delade_vectors
@@ -27,6 +27,7 @@ from retrieval_zoo.losses import kl_distillation
 from retrieval_zoo.methods.base import Optim
 from retrieval_zoo.methods.dense import DenseBiEncoder
 from retrieval_zoo.teachers import Teacher
+from retrieval_zoo.tokens import Tokens
 from retrieval_zoo.training.datamodule import TrainBatch
 
 

@@ -14,9 +14,10 @@ from typing import ClassVar
 import torch
 
 from retrieval_zoo.distributed import gather_rows
-from retrieval_zoo.encoder import Encoder, Tokens
+from retrieval_zoo.encoder import Encoder
 from retrieval_zoo.losses import contrastive_nll
 from retrieval_zoo.methods.base import Optim, RetrievalMethod
+from retrieval_zoo.tokens import Tokens
 from retrieval_zoo.training.datamodule import TrainBatch
 
 

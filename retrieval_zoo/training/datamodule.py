@@ -4,9 +4,11 @@ Optional batch fields are filled only when the method declares it needs them (``
 ``bm25_scores`` (BM25 of every pair of the group), ``bm25_vectors`` (IDF of query terms and TF saturation of
 document terms, whose inner product is BM25: RoC's q_bm25 and d_bm25) and ``teacher_scores`` (from a run file,
 for distillation). All BM25 work happens once in :meth:`TriplesDataModule.setup`, before training, so no training
-step waits on Java. Given the method's tokenizer, the DataLoader (its workers, with ``num_workers`` > 0) turns the
-texts into :class:`~retrieval_zoo.encoder.Tokens`, so the training step receives tensors; the texts themselves come
-only to a method that needs them (``texts``: an online teacher with its own tokenizer).
+step waits on Java. Given the method's tokenizer, :meth:`TriplesDataModule.setup` tokenizes the corpus and the
+training queries once into token caches (:class:`~retrieval_zoo.tokens.TokenCache`, memory-mapped, shared by every
+run with the same tokenizer), and a batch gathers its :class:`~retrieval_zoo.tokens.Tokens` from them, so the
+training step receives tensors and nothing tokenizes during training; the texts themselves come only to a method
+that needs them (``texts``: an online teacher with its own tokenizer).
 """
 
 from __future__ import annotations
@@ -17,10 +19,11 @@ import lightning as L
 import torch
 from torch.utils.data import DataLoader
 
+from retrieval_zoo.cache import fingerprint
 from retrieval_zoo.data.collections import Collection, check_ids
 from retrieval_zoo.data.formats import Run, read_run
-from retrieval_zoo.encoder import TextTokenizer, Tokens
 from retrieval_zoo.lexical.bm25 import BM25
+from retrieval_zoo.tokens import TextTokenizer, TokenCache, Tokens
 from retrieval_zoo.training.loaders import GroupDataset, ResumableLoader
 from retrieval_zoo.training.lookups import PairTable, precompute_fields, restrict_to_teacher
 from retrieval_zoo.training.negatives import GroupSampling, ShardedEpochSampler, negative_pool
@@ -88,8 +91,8 @@ class TriplesDataModule(L.LightningDataModule):
         num_workers: DataLoader workers (the JVM lives in its own process, so they may fork).
         holdout_queries: Judged training queries kept out of training (:meth:`Collection.tuning_qids`), on which
             evaluation tunes fusion weights such as CLEAR's λ_test.
-        tokenizer: The method's :class:`~retrieval_zoo.encoder.TextTokenizer` (``train.py`` passes it): batches carry
-            tokens, made in the DataLoader; None leaves the texts for the method to tokenize.
+        tokenizer: The method's :class:`~retrieval_zoo.tokens.TextTokenizer` (``train.py`` passes it): batches carry
+            tokens from the token caches; None leaves the texts for the method to tokenize.
     """
 
     def __init__(
@@ -167,6 +170,11 @@ class TriplesDataModule(L.LightningDataModule):
             None if self.negatives_run else run,
             teacher,
         )  # fmt: skip
+        if self.tokenizer is not None:  # every text tokenized once, read by memory map (retrieval_zoo.tokens)
+            corpus, all_queries = self.collection.corpus, self.collection.queries[split]
+            self.doc_cache = TokenCache.build(corpus, self.tokenizer, "doc", self.collection.corpus_fingerprint)
+            content = fingerprint(sorted(all_queries.items()))  # the queries' own text: a few MB, hashed in a blink
+            self.query_cache = TokenCache.build(all_queries, self.tokenizer, "query", content)
         val_queries = self.collection.judged_queries(self.val_split)
         self.val_qids = sorted(val_queries)[: self.val_queries] if self.val_queries else sorted(val_queries)
 
@@ -235,12 +243,11 @@ class TriplesDataModule(L.LightningDataModule):
         qids = [qid for qid, _ in items]
         docids = [group for _, group in items]
         flat = [d for group in docids for d in group]
-        batch = TrainBatch(qids, [queries[q] for q in qids], docids, [corpus[d] for d in flat])
+        texts = self.tokenizer is None or "texts" in self.needs
+        batch = TrainBatch(qids, [queries[q] for q in qids] if texts else None, docids,
+                           [corpus[d] for d in flat] if texts else None)  # fmt: skip
         if self.tokenizer is not None:
-            batch.query_tokens = self.tokenizer(batch.queries, "query")
-            batch.doc_tokens = self.tokenizer(batch.docs, "doc")
-            if "texts" not in self.needs:
-                batch.queries = batch.docs = None
+            batch.query_tokens, batch.doc_tokens = self.query_cache.tokens(qids), self.doc_cache.tokens(flat)
         tables: dict[str, PairTable] = self.tables
         if "bm25_scores" in self.needs:
             batch.bm25_scores = tables["bm25_scores"].matrix(qids, docids)
