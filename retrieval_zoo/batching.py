@@ -8,13 +8,24 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
+from retrieval_zoo.tokens import CachedTexts, Tokens
 
-def length_sorted_batches(texts: list[str], batch_size: int, lengths: list[int] | None = None) -> list[list[int]]:
+Texts = list[str] | CachedTexts  # what the encoding helpers batch: texts, or ids whose tokens are cached
+
+
+def take(texts: Texts, rows: list[int]) -> list[str] | Tokens:
+    """The items at ``rows``: a list of texts, or the cached texts' padded tokens."""
+    return texts.take(rows) if isinstance(texts, CachedTexts) else [texts[i] for i in rows]
+
+
+def length_sorted_batches(texts: Texts, batch_size: int, lengths: list[int] | None = None) -> list[list[int]]:
     """Indices of ``texts`` in batches of similar length (longest first), so padding is minimal.
 
-    ``lengths`` gives the length of each item when the items are not the texts themselves (document ids).
+    ``lengths`` gives the length of each item when the items are not the texts themselves (document ids); cached
+    texts carry theirs.
     """
-    lengths = lengths if lengths is not None else [len(t) for t in texts]
+    if lengths is None:
+        lengths = texts.lengths if isinstance(texts, CachedTexts) else [len(t) for t in texts]
     if len(lengths) != len(texts):
         raise ValueError(f"{len(lengths)} lengths for {len(texts)} items")
     order = sorted(range(len(texts)), key=lengths.__getitem__, reverse=True)
@@ -32,21 +43,22 @@ def encode_all(
 
 @torch.inference_mode()
 def encode_payload(
-    encode: Callable[[list[str]], dict[str, torch.Tensor | None]],
-    texts: list[str],
+    encode: Callable[[list[str] | Tokens], dict[str, torch.Tensor | None]],
+    texts: Texts,
     batch_size: int,
     desc: str,
     lengths: list[int] | None = None,
 ) -> dict[str, torch.Tensor]:
     """Named row-aligned float32 tensors of ``texts``, encoded in length-sorted batches, in the input order.
 
-    ``encode`` maps a batch of texts to named (n, ...) tensors; a name whose value is None is left out. When the
-    items are ids, ``lengths`` gives the length of the text each stands for, so batches still group similar lengths.
+    ``encode`` maps a batch of texts (or, for cached texts, their tokens) to named (n, ...) tensors; a name whose value
+    is None is left out. When the items are ids, ``lengths`` gives the length of the text each stands for, so
+    batches still group similar lengths.
     """
     out: dict[str, torch.Tensor] = {}
     batches = length_sorted_batches(texts, batch_size, lengths)
     for batch in tqdm(batches, desc=desc, unit="batch", leave=False, mininterval=5):
-        for name, value in encode([texts[i] for i in batch]).items():
+        for name, value in encode(take(texts, batch)).items():
             if value is None:
                 continue
             if name not in out:

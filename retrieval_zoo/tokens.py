@@ -175,3 +175,25 @@ def _build(
     write_json(folder / "ready.json", {n: (folder / n).stat().st_size for n in ("ids.npy", "offsets.npy")})
     for n in range(len(starts)):
         (folder / f"part-{n:05d}.npz").unlink(missing_ok=True)
+
+
+class CachedTexts:
+    """Texts named by id that an encoder receives as :class:`Tokens` gathered from a token cache, never as strings.
+
+    What :func:`retrieval_zoo.batching.encode_payload` batches in place of a list of texts.
+
+    Args:
+        cache: The token cache holding them.
+        keys: Their ids.
+        lengths: The length that orders them into batches (the texts' length in characters, as for texts).
+    """
+
+    def __init__(self, cache: TokenCache, keys: list[str], lengths: list[int]) -> None:
+        self.cache, self.keys, self.lengths = cache, keys, lengths
+
+    def __len__(self) -> int:
+        return len(self.keys)
+
+    def take(self, rows: list[int]) -> Tokens:
+        """The padded tokens of the texts at ``rows``."""
+        return self.cache.tokens([self.keys[i] for i in rows])

@@ -68,3 +68,28 @@ def test_a_killed_build_resumes_and_a_damaged_cache_is_rebuilt(tiny, cache_dir, 
     rebuilt = TokenCache.build(texts, tokenizer, "doc", content="c", chunk_size=5)
     assert "is damaged (ids.npy not of the size ready.json recorded); tokenizing again" in capsys.readouterr().out
     assert calls == [5, 5, 5, 5] and torch.equal(rebuilt.tokens(keys).ids, tokenizer(list(texts.values()), "doc").ids)
+
+
+def test_corpus_encoding_from_cached_tokens_equals_encoding_the_texts(tiny, tiny_bm25, cache_dir) -> None:
+    from retrieval_zoo.index.csf import InvertedLists
+    from retrieval_zoo.index.dense import Faiss
+    from retrieval_zoo.methods.delade import DeLADE
+    from retrieval_zoo.methods.dense import DenseBiEncoder
+    from retrieval_zoo.tokens import CachedTexts
+    from tests.conftest import tiny_encoder
+    from tests.test_csurf import sparse_model
+
+    ids = list(tiny.corpus)[:30]
+    texts = [tiny.corpus[d] for d in ids]
+    dense, csurf = DenseBiEncoder(clear_encoder()).eval(), sparse_model(vector_dim=8).eval()
+    assert isinstance(dense.corpus_texts(tiny)(ids), CachedTexts)  # what encoding reads: tokens, not strings
+    with torch.no_grad():
+        vectors = Faiss().doc_encoder(dense, tiny, tiny_bm25)(ids)
+        assert torch.equal(vectors["vectors"], Faiss().corpus_payload(dense, texts)["vectors"])
+        bags = InvertedLists().doc_encoder(csurf, tiny, tiny_bm25)(ids)
+        for name, value in InvertedLists().corpus_payload(csurf, texts).items():
+            assert torch.equal(bags[name], value), name
+        delade = DeLADE(tiny_encoder(mlm_head=True), cls_dim=8).eval()
+        encoded = delade.term_encoder(tiny, tiny_bm25).encode_docs(ids)
+        lexical, cls = delade.encode_parts(*delade.encoder.tokenize(texts, "doc"))
+        assert torch.equal(encoded["lexical"], lexical) and torch.equal(encoded["cls"], cls)

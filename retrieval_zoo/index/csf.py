@@ -21,7 +21,7 @@ from typing import Any, ClassVar
 import torch
 from tqdm import tqdm
 
-from retrieval_zoo.batching import length_sorted_batches
+from retrieval_zoo.batching import Texts, length_sorted_batches, take
 from retrieval_zoo.data.collections import Collection
 from retrieval_zoo.data.formats import Run
 from retrieval_zoo.index.base import Index
@@ -43,14 +43,14 @@ def prune_lowest(weight: torch.Tensor, fraction: float) -> torch.Tensor:
     return keep
 
 
-def encode_bags_payload(encode: BagEncoder, texts: list[str], batch_size: int) -> Payload:
+def encode_bags_payload(encode: BagEncoder, texts: Texts, batch_size: int) -> Payload:
     """A shard's bags of CSFs as named tensors: each CSF's ``text`` is its row in ``texts``; ``tokens`` per text."""
     parts: list[CsfBags] = []
     tokens = torch.zeros(len(texts))
     with torch.inference_mode():
         for batch in tqdm(length_sorted_batches(texts, batch_size), desc="encode CSFs", unit="batch", leave=False,
                           mininterval=5):  # fmt: skip
-            bags = encode([texts[i] for i in batch])
+            bags = encode(take(texts, batch))
             rows = torch.tensor(batch)
             tokens[rows] = bags.tokens.float().cpu()
             parts.append(_to(bags, torch.device("cpu"), doc_index=rows))

@@ -10,15 +10,18 @@ selected on retrieval quality.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import ClassVar
 
 import lightning as L
 import torch
 
+from retrieval_zoo.batching import Texts
+from retrieval_zoo.data.collections import Collection
 from retrieval_zoo.encoder import Encoder
 from retrieval_zoo.loggers import log_histogram
 from retrieval_zoo.resume import RNG_KEY, RandomState
-from retrieval_zoo.tokens import TextTokenizer
+from retrieval_zoo.tokens import CachedTexts, TextTokenizer, TokenCache
 from retrieval_zoo.training.datamodule import TrainBatch
 
 QUANTILES = (0.1, 0.5, 0.9)
@@ -103,6 +106,17 @@ class RetrievalMethod(L.LightningModule):
     def text_tokenizer(self) -> TextTokenizer | None:
         """What the DataLoader tokenizes training batches with (the encoder's), or None for a method without one."""
         return self.encoder.text_tokenizer() if self.encoder is not None else None
+
+    def corpus_texts(self, collection: Collection) -> Callable[[list[str]], Texts]:
+        """Document ids → what encoding reads of them: their cached tokens, or texts for a method without a tokenizer.
+
+        The corpus is tokenized once (:class:`~retrieval_zoo.tokens.TokenCache`, shared with training's batches).
+        """
+        corpus, tokenizer = collection.corpus, self.text_tokenizer()
+        if tokenizer is None:
+            return lambda ids: [corpus[d] for d in ids]
+        cache = TokenCache.build(corpus, tokenizer, "doc", collection.corpus_fingerprint)
+        return lambda ids: CachedTexts(cache, ids, [len(corpus[d]) for d in ids])
 
     def encoding_settings(self) -> dict:
         """What besides the weights changes the method's encoding of a corpus (hashed into its cache key)."""

@@ -177,17 +177,18 @@ class DeLADE(DenseBiEncoder):
 
     def term_encoder(self, collection: Collection, bm25: BM25) -> TermEncoder:
         """ds_BoW (Eq. 23) and the projected [CLS] of queries and of the collection's documents, for GIP or sparse."""
-        corpus = collection.corpus
 
         def encode_queries(texts: list[str]) -> tuple[torch.Tensor, torch.Tensor | None]:
             return self.encode_parts(*self.encoder.tokenize(texts, "query"))
 
-        def parts(batch: list[str]) -> dict[str, torch.Tensor | None]:
+        def parts(batch: list[str] | Tokens) -> dict[str, torch.Tensor | None]:
             lexical, cls = self.encode_parts(*self.encoder.tokenize(batch, "doc"))
             return {"lexical": lexical, "cls": cls}
 
+        texts = self.corpus_texts(collection)  # the corpus's cached tokens
+
         def encode_docs(docids: list[str]) -> dict[str, torch.Tensor]:
-            return encode_payload(parts, [corpus[d] for d in docids], self.encode_batch_size, "docs")
+            return encode_payload(parts, texts(docids), self.encode_batch_size, "docs")
 
         terms = self.encoder.tokenizer.convert_ids_to_tokens
         return TermEncoder(encode_queries, encode_docs, self.vocab_size, BERT_DISCARD, terms, self.lambda_cls,
