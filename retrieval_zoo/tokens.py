@@ -158,7 +158,8 @@ def _build(
     folder.mkdir(parents=True, exist_ok=True)
     dtype = np.uint16 if len(tokenizer.tokenizer) <= np.iinfo(np.uint16).max + 1 else np.int32
     starts = range(0, len(keys), chunk_size)
-    for number, start in enumerate(tqdm(starts, desc=f"tokenize {side}s", unit="chunk", leave=False)):
+    desc = f"tokenize {'queries' if side == 'query' else 'documents'}"
+    for number, start in enumerate(tqdm(starts, desc=desc, unit="chunk", leave=False)):
         part = folder / f"part-{number:05d}.npz"
         if part.exists():
             continue
