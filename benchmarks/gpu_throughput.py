@@ -10,7 +10,8 @@ Per method, side by side in one run on one device (``--device cuda|cpu``) and ba
   token tensors it produced;
 - **search ms/query** (CSurF's inverted lists, on the device): over ``--queries`` dev queries of the collection.
 With ``--precision bf16`` the steps and encodings run under bf16 autocast, as ``trainer=gpu`` does; ``--compile``
-wraps the encoder in ``torch.compile``. ``--end-to-end`` also times ``python train.py`` with the given trainer.
+compiles the backbone (``method.encoder.compile=true``). ``--end-to-end`` also times ``python train.py`` with the
+given trainer.
 
     python -m benchmarks.gpu_throughput [--device cuda] [--backbone bert_base_random] [--methods dense,csurf]
 """
@@ -133,10 +134,9 @@ def main() -> None:
     print("| method | bare step (s) | step (s) | step ÷ bare | encoding docs/s | replay docs/s | project ÷ replay |")
     print("|---|---|---|---|---|---|---|")
     for method in args.methods.split(","):
-        model, index = composed("method", method, f"backbone={args.backbone}", also=("index",))
+        compiled = [f"method.encoder.compile={args.compile}"]
+        model, index = composed("method", method, f"backbone={args.backbone}", *compiled, also=("index",))
         model = model.to(device)
-        if args.compile:
-            model.encoder.model = torch.compile(model.encoder.model)
         datamodule = TriplesDataModule(collection, bm25, batch_size=args.batch_size, needs=model.needs, epochs=1,
                                        tokenizer=model.text_tokenizer())  # fmt: skip
         datamodule.setup("fit")

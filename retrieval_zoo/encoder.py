@@ -45,6 +45,7 @@ class Encoder(torch.nn.Module):
             vocabulary as special tokens; None for none.
         mlm_head: Load the masked-LM model (encoder + vocabulary projection), for methods that read its logits.
         batch_size: Texts per forward pass when encoding many (a corpus, a query set).
+        compile: Compile the backbone with ``torch.compile`` (in place: its weights keep their names).
     """
 
     def __init__(
@@ -56,6 +57,7 @@ class Encoder(torch.nn.Module):
         markers: dict[str, str] | None = None,
         mlm_head: bool = False,
         batch_size: int = 128,
+        compile: bool = False,
     ) -> None:
         super().__init__()
         if pooling not in POOLING:
@@ -70,6 +72,8 @@ class Encoder(torch.nn.Module):
         if self.markers:
             self.tokenizer.add_tokens(list(self.markers.values()), special_tokens=True)
             self.model.resize_token_embeddings(len(self.tokenizer))
+        if compile:
+            self.model.compile()
 
     @property
     def hidden_size(self) -> int:

@@ -37,6 +37,10 @@ class Tokens:
         """The same tokens on ``device``."""
         return Tokens(self.ids.to(device), self.mask.to(device))
 
+    def pin_memory(self) -> Tokens:
+        """The same tokens in page-locked memory."""
+        return Tokens(self.ids.pin_memory(), self.mask.pin_memory())
+
 
 class TextTokenizer:
     """Texts of a side → :class:`Tokens` on the CPU, with the side's marker and maximum length.

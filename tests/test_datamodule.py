@@ -235,3 +235,14 @@ def test_training_steps_receive_tokens_made_in_the_dataloader_and_lose_nothing(t
     for fields in seen:  # tokenized in the worker; the texts never reach the step
         assert fields["query_tokens"] is Tokens and fields["doc_tokens"] is Tokens
         assert fields["queries"] is type(None) and fields["docs"] is type(None)
+
+
+def test_workers_auto_is_none_on_cpus_and_bad_values_fail_at_construction(tiny, tiny_bm25) -> None:
+    dm = TriplesDataModule(tiny, tiny_bm25, batch_size=8)
+    assert dm.num_workers == "auto"
+    dm.setup()
+    loader = dm.train_dataloader()  # no trainer: a CPU process
+    assert loader.num_workers == 0 and not loader.pin_memory
+    for bad in ("many", -1, 1.5):
+        with pytest.raises(ValueError, match="data.num_workers must be 'auto' or a number"):
+            TriplesDataModule(tiny, tiny_bm25, num_workers=bad)

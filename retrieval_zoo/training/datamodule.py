@@ -13,7 +13,8 @@ that needs them (``texts``: an online teacher with its own tokenizer).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import os
+from dataclasses import dataclass, fields, replace
 
 import lightning as L
 import torch
@@ -64,6 +65,12 @@ class TrainBatch:
         """The queries as an encoder takes them: their tokens when the DataLoader made them, else their texts."""
         return self.query_tokens if self.query_tokens is not None else self.queries
 
+    def pin_memory(self) -> TrainBatch:
+        """The batch with its tensors in page-locked memory (the DataLoader's ``pin_memory``)."""
+        pinned = {f.name: getattr(self, f.name) for f in fields(self)}
+        pinned = {n: v.pin_memory() for n, v in pinned.items() if isinstance(v, torch.Tensor | Tokens)}
+        return replace(self, **pinned)
+
     @property
     def doc_input(self) -> Tokens | list[str]:
         """The documents as an encoder takes them (see :attr:`query_input`)."""
@@ -88,7 +95,8 @@ class TriplesDataModule(L.LightningDataModule):
         epochs: Epochs whose groups are precomputed for random negatives' BM25 scores (None: trainer's max).
         val_split: Split of the validation queries.
         val_queries: Validation queries, a fixed subset of the judged ones (None = all).
-        num_workers: DataLoader workers (the JVM lives in its own process, so they may fork).
+        num_workers: DataLoader workers (the JVM lives in its own process, so they may fork); ``auto``: none on CPUs,
+            where they would compete with the step for the cores, and up to 4 per process on an accelerator.
         holdout_queries: Judged training queries kept out of training (:meth:`Collection.tuning_qids`), on which
             evaluation tunes fusion weights such as CLEAR's λ_test.
         tokenizer: The method's :class:`~retrieval_zoo.tokens.TextTokenizer` (``train.py`` passes it): batches carry
@@ -110,11 +118,13 @@ class TriplesDataModule(L.LightningDataModule):
         epochs: int | None = None,
         val_split: str = "dev",
         val_queries: int | None = 300,
-        num_workers: int = 0,
+        num_workers: int | str = "auto",
         holdout_queries: int = 0,
         tokenizer: TextTokenizer | None = None,
     ) -> None:
         super().__init__()
+        if num_workers != "auto" and (not isinstance(num_workers, int) or num_workers < 0):
+            raise ValueError(f"data.num_workers must be 'auto' or a number ≥ 0, not {num_workers!r}")
         unknown = set(needs) - FIELDS
         if unknown:
             raise ValueError(f"unknown batch fields {sorted(unknown)}; known: {sorted(FIELDS)}")
@@ -196,14 +206,19 @@ class TriplesDataModule(L.LightningDataModule):
         if self.batch_size % world:
             raise ValueError(f"data.batch_size={self.batch_size} does not divide by the world size {world}")
         sampler = ShardedEpochSampler(len(self.train_qids), self.seed, rank, world)
+        accelerated = self.trainer is not None and self.trainer.strategy.root_device.type == "cuda"
+        workers = self.num_workers
+        if workers == "auto":
+            workers = min(4, max(1, (os.cpu_count() or 1) // world - 1)) if accelerated else 0
         self.train_loader = ResumableLoader(
             GroupDataset(self.train_qids, self.sampling),
             batch_size=self.batch_size // world,
             sampler=sampler,
             drop_last=True,
             collate_fn=self.collate,
-            num_workers=self.num_workers,
-            persistent_workers=self.num_workers > 0,
+            num_workers=workers,
+            persistent_workers=workers > 0,
+            pin_memory=accelerated,  # page-locked batches copy to the GPU asynchronously
             # No generator of its own: each epoch's iterator draws its workers' base seed from the global torch RNG,
             # which moves the dropout masks of the steps after it. The README's tables were measured with that draw
             # (a loader generator, 19aaea9..8f91ae6, moved them); tests/test_datamodule.py pins it.
