@@ -47,7 +47,11 @@ def main(cfg: DictConfig) -> dict[str, dict[str, float]] | float:
     try:
         if model.trainable:
             datamodule = instantiate(cfg.data, _partial_=True)(
-                collection=collection, bm25=bm25, needs=model.needs, tokenizer=model.text_tokenizer()
+                collection=collection,
+                bm25=bm25,
+                needs=model.needs,
+                tokenizer=model.text_tokenizer(),
+                term_keys=model.term_keys(),
             )
             checkpoint = instantiate(cfg.checkpoint, dirpath=str(out_dir / "checkpoints"))
             steps = instantiate(cfg.checkpoint_steps, dirpath=str(out_dir / "checkpoints"))

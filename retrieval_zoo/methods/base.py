@@ -14,6 +14,7 @@ from collections.abc import Callable
 from typing import ClassVar
 
 import lightning as L
+import numpy as np
 import torch
 
 from retrieval_zoo.batching import Texts
@@ -106,6 +107,10 @@ class RetrievalMethod(L.LightningModule):
     def text_tokenizer(self) -> TextTokenizer | None:
         """What the DataLoader tokenizes training batches with (the encoder's), or None for a method without one."""
         return self.encoder.text_tokenizer() if self.encoder is not None else None
+
+    def term_keys(self) -> Callable[[list[str]], np.ndarray] | None:
+        """Terms → keys under which the DataModule stores BM25 vectors as tensors (RoC's projection), or None."""
+        return None
 
     def corpus_texts(self, collection: Collection) -> Callable[[list[str]], Texts]:
         """Document ids → what encoding reads of them: their cached tokens, or texts for a method without a tokenizer.

@@ -20,42 +20,28 @@ from retrieval_zoo.encoder import Encoder
 from retrieval_zoo.index.shards import Payload
 from retrieval_zoo.index.terms import BERT_DISCARD, TermEncoder
 from retrieval_zoo.lexical.bm25 import BM25
+from retrieval_zoo.lexical.sparse_rows import SparseRows
 from retrieval_zoo.lexical.splade import splade_vectors
 from retrieval_zoo.methods.base import RetrievalMethod
 
 LEXICAL = ("bm25", "splade")
 
 
-class TermBags:
-    """Bags of words (term → weight) as CSR rows over a fixed vocabulary: integer arrays, not Python dicts.
-
-    Built once (one pass over the bags); :meth:`dense` then gathers any rows into a matrix with tensor ops, with no
-    Python loop over documents or terms. Terms outside the vocabulary match nothing and are not stored.
+class TermBags(SparseRows):
+    """Bags of words over a fixed vocabulary as CSR rows, gathered into matrices with tensor ops (no Python loop).
 
     Args:
         bags: (n,) term → weight.
-        vocabulary: term → column.
+        vocabulary: term → column; terms outside it match nothing.
     """
 
     def __init__(self, bags: list[dict[str, float]], vocabulary: dict[str, int]) -> None:
-        pairs = [[(vocabulary[t], w) for t, w in bag.items() if t in vocabulary] for bag in bags]
+        super().__init__(bags, vocabulary)
         self.width = len(vocabulary)
-        self.indptr = torch.tensor([0] + [len(row) for row in pairs]).cumsum(0)  # (n + 1,)
-        self.columns = torch.tensor([c for row in pairs for c, _ in row], dtype=torch.long)  # (nnz,)
-        self.weights = torch.tensor([w for row in pairs for _, w in row], dtype=torch.float32)  # (nnz,)
 
-    def __len__(self) -> int:
-        return len(self.indptr) - 1
-
-    def dense(self, rows: torch.Tensor) -> torch.Tensor:
+    def dense(self, rows: torch.Tensor) -> torch.Tensor:  # type: ignore[override]
         """(m,) row numbers → (m, |vocabulary|) float32 matrix of those bags."""
-        starts, counts = self.indptr[rows], self.indptr[rows + 1] - self.indptr[rows]
-        owner = torch.arange(len(rows)).repeat_interleave(counts)  # (nnz_m,): output row of each entry
-        first = torch.cumsum(counts, 0) - counts  # where each output row's entries begin
-        entries = starts.repeat_interleave(counts) + torch.arange(int(counts.sum())) - first.repeat_interleave(counts)
-        matrix = torch.zeros(len(rows), self.width)
-        matrix[owner, self.columns[entries]] = self.weights[entries]
-        return matrix
+        return super().dense(rows, self.width)
 
 
 def bag_matrix(bags: list[dict[str, float]], vocabulary: dict[str, int]) -> torch.Tensor:

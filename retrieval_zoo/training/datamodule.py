@@ -14,9 +14,11 @@ that needs them (``texts``: an online teacher with its own tokenizer).
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from dataclasses import dataclass, fields, replace
 
 import lightning as L
+import numpy as np
 import torch
 from torch.utils.data import DataLoader
 
@@ -24,6 +26,7 @@ from retrieval_zoo.cache import fingerprint
 from retrieval_zoo.data.collections import Collection, check_ids
 from retrieval_zoo.data.formats import Run, read_run
 from retrieval_zoo.lexical.bm25 import BM25
+from retrieval_zoo.lexical.sparse_rows import SparseBatch, SparseRows
 from retrieval_zoo.tokens import TextTokenizer, TokenCache, Tokens
 from retrieval_zoo.training.loaders import GroupDataset, ResumableLoader
 from retrieval_zoo.training.lookups import PairTable, precompute_fields, restrict_to_teacher
@@ -42,8 +45,9 @@ class TrainBatch:
         docids: (B, G) document ids.
         docs: (B·G,) document texts, row-major; None as ``queries``.
         bm25_scores: (B, G) BM25(q, d), when the method needs it.
-        bm25_query_vectors: (B,) term → IDF, when the method needs BM25 vectors.
-        bm25_doc_vectors: (B·G,) term → BM25 TF saturation, when the method needs BM25 vectors.
+        bm25_query_vectors: (B,) term → IDF, when the method needs BM25 vectors; with the method's ``term_keys``,
+            the same as tensors of (row, term key, weight) entries.
+        bm25_doc_vectors: (B·G,) term → BM25 TF saturation, likewise.
         teacher_scores: (B, G) teacher scores, when the method distils.
         query_tokens: (B, Lq) the queries' tokens, when the DataModule has the method's tokenizer.
         doc_tokens: (B·G, Ld) the documents' tokens, likewise.
@@ -54,8 +58,8 @@ class TrainBatch:
     docids: list[list[str]]
     docs: list[str] | None
     bm25_scores: torch.Tensor | None = None
-    bm25_query_vectors: list[dict[str, float]] | None = None
-    bm25_doc_vectors: list[dict[str, float]] | None = None
+    bm25_query_vectors: list[dict[str, float]] | SparseBatch | None = None
+    bm25_doc_vectors: list[dict[str, float]] | SparseBatch | None = None
     teacher_scores: torch.Tensor | None = None
     query_tokens: Tokens | None = None
     doc_tokens: Tokens | None = None
@@ -101,6 +105,8 @@ class TriplesDataModule(L.LightningDataModule):
             evaluation tunes fusion weights such as CLEAR's λ_test.
         tokenizer: The method's :class:`~retrieval_zoo.tokens.TextTokenizer` (``train.py`` passes it): batches carry
             tokens from the token caches; None leaves the texts for the method to tokenize.
+        term_keys: Terms → their keys (RoC's projection hashes them; ``train.py`` passes ``method.term_keys()``):
+            the BM25 vectors are then stored as CSR arrays once and batches carry them as tensors, not dicts.
     """
 
     def __init__(
@@ -121,6 +127,7 @@ class TriplesDataModule(L.LightningDataModule):
         num_workers: int | str = "auto",
         holdout_queries: int = 0,
         tokenizer: TextTokenizer | None = None,
+        term_keys: Callable[[list[str]], np.ndarray] | None = None,
     ) -> None:
         super().__init__()
         if num_workers != "auto" and (not isinstance(num_workers, int) or num_workers < 0):
@@ -135,6 +142,7 @@ class TriplesDataModule(L.LightningDataModule):
         self.negatives_run, self.negative_depth, self.random_negatives = negatives_run, negative_depth, random_negatives
         self.teacher_run, self.val_split, self.val_queries = teacher_run, val_split, val_queries
         self.num_workers, self.holdout_queries, self.tokenizer = num_workers, holdout_queries, tokenizer
+        self.term_keys, self.term_rows = term_keys, None
         self.sampling: GroupSampling | None = None
         self.train_loader: ResumableLoader | None = None
         self.resume_position: dict[str, int] | None = None
@@ -185,8 +193,17 @@ class TriplesDataModule(L.LightningDataModule):
             self.doc_cache = TokenCache.build(corpus, self.tokenizer, "doc", self.collection.corpus_fingerprint)
             content = fingerprint(sorted(all_queries.items()))  # the queries' own text: a few MB, hashed in a blink
             self.query_cache = TokenCache.build(all_queries, self.tokenizer, "query", content)
+        if "bm25_vectors" in self.needs and self.term_keys is not None:
+            self.term_rows = self._term_rows(self.tables.pop("query_idf"), self.tables.pop("doc_weights"))
         val_queries = self.collection.judged_queries(self.val_split)
         self.val_qids = sorted(val_queries)[: self.val_queries] if self.val_queries else sorted(val_queries)
+
+    def _term_rows(self, query_idf: dict, doc_weights: dict) -> dict[str, tuple[dict[str, int], SparseRows]]:
+        """The queries' and documents' BM25 bags as CSR rows over the terms' keys, and each id's row."""
+        terms = sorted(set().union(*query_idf.values(), *doc_weights.values()))
+        keys = dict(zip(terms, self.term_keys(terms).tolist(), strict=True))
+        return {side: ({key: i for i, key in enumerate(bags)}, SparseRows(list(bags.values()), keys))
+                for side, bags in (("query", query_idf), ("doc", doc_weights))}  # fmt: skip
 
     def _read_checked(self, path: str | None) -> Run | None:
         """A run file whose query and document ids must all belong to the training collection."""
@@ -268,7 +285,11 @@ class TriplesDataModule(L.LightningDataModule):
             batch.bm25_scores = tables["bm25_scores"].matrix(qids, docids)
         if "teacher_scores" in self.needs:
             batch.teacher_scores = tables["teacher_scores"].matrix(qids, docids)
-        if "bm25_vectors" in self.needs:
+        if "bm25_vectors" in self.needs and self.term_rows is not None:
+            (query_row, queries_csr), (doc_row, docs_csr) = self.term_rows["query"], self.term_rows["doc"]
+            batch.bm25_query_vectors = queries_csr.gather(torch.tensor([query_row[q] for q in qids], dtype=torch.long))
+            batch.bm25_doc_vectors = docs_csr.gather(torch.tensor([doc_row[d] for d in flat], dtype=torch.long))
+        elif "bm25_vectors" in self.needs:
             batch.bm25_query_vectors = [tables["query_idf"][q] for q in qids]
             batch.bm25_doc_vectors = [tables["doc_weights"][d] for d in flat]
         return batch
