@@ -162,6 +162,35 @@ def test_masking_touches_only_exact_matches_in_the_configured_fraction() -> None
     assert sum(counts) / 2000 == pytest.approx(0.3, abs=0.04)
 
 
+def masking_loop_reference(doc_ids, query_ids, fraction, mask_id, special_ids, generator) -> torch.Tensor:
+    """mask_exact_matches as it was before issue 20: the matches, draws and writes row by row on the device."""
+    group = doc_ids.shape[0] // query_ids.shape[0]
+    owner = query_ids.repeat_interleave(group, dim=0)
+    matches = (doc_ids.unsqueeze(2) == owner.unsqueeze(1)).any(dim=2) & ~torch.isin(doc_ids, torch.tensor(special_ids))
+    masked = doc_ids.clone()
+    for row in range(doc_ids.shape[0]):
+        positions = matches[row].nonzero().flatten()
+        exact = fraction * len(positions)
+        count = int(exact) + int(torch.rand((), generator=generator) < exact - int(exact))
+        if count:
+            masked[row, positions[torch.randperm(len(positions), generator=generator)[:count]]] = mask_id
+    return masked
+
+
+def test_masking_draws_and_masks_exactly_as_the_row_loop_it_replaced() -> None:
+    from retrieval_zoo.methods.masking import mask_exact_matches
+
+    torch.manual_seed(0)
+    query = torch.randint(1000, 1030, (8, 12))
+    docs = torch.randint(1000, 1060, (16, 40))
+    docs[3] = 0  # a document without matches
+    special = [0, 101, 102, 103]
+    new, old = torch.Generator().manual_seed(5), torch.Generator().manual_seed(5)
+    for fraction in (0.15, 0.5, 1.0, 0.15):
+        expected = masking_loop_reference(docs, query, fraction, 103, special, old)
+        assert torch.equal(mask_exact_matches(docs, query, fraction, 103, special, new), expected)
+
+
 def test_kl_distillation_in_both_directions_by_hand() -> None:
     """Student scores (0, 0) give p_s = (1/2, 1/2); teacher scores (ln 3, 0) give p_t = (3/4, 1/4)."""
     from retrieval_zoo.losses import kl_distillation
