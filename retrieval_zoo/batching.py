@@ -18,11 +18,16 @@ def take(texts: Texts, rows: list[int]) -> list[str] | Tokens:
     return texts.take(rows) if isinstance(texts, CachedTexts) else [texts[i] for i in rows]
 
 
+def read(texts: Texts) -> list[str] | Tokens:
+    """All of ``texts`` as an encoder reads them: the texts, or the cached texts' padded tokens."""
+    return take(texts, list(range(len(texts))))
+
+
 def length_sorted_batches(texts: Texts, batch_size: int, lengths: list[int] | None = None) -> list[list[int]]:
     """Indices of ``texts`` in batches of similar length (longest first), so padding is minimal.
 
     ``lengths`` gives the length of each item when the items are not the texts themselves (document ids); cached
-    texts carry theirs.
+    texts carry theirs in tokens; plain texts are measured in characters.
     """
     if lengths is None:
         lengths = texts.lengths if isinstance(texts, CachedTexts) else [len(t) for t in texts]

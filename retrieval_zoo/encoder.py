@@ -8,13 +8,13 @@ its last hidden states (mean over real tokens, CLEAR Eq. 2–3; or [CLS], DPR an
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 import torch
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from retrieval_zoo.backbones import Backbone
-from retrieval_zoo.tokens import TextTokenizer, Tokens
+from retrieval_zoo.tokens import TextLookup, TextTokenizer, TokenCache, Tokens
 
 SIDES = ("query", "doc")
 
@@ -74,6 +74,7 @@ class Encoder(torch.nn.Module):
             self.model.resize_token_embeddings(len(self.tokenizer))
         if compile:
             self.model.compile()
+        self._cached: dict[str, TextLookup] = {}  # side → texts whose tokens are read from a token cache
 
     @property
     def hidden_size(self) -> int:
@@ -94,12 +95,29 @@ class Encoder(torch.nn.Module):
         """The tokenizer with this encoder's markers and maximum lengths, for the DataLoader's workers."""
         return TextTokenizer(self.tokenizer, self.max_length, self.markers)
 
+    def cache_texts(self, texts: Mapping[str, str], side: str, content: str) -> None:
+        """Tokenize ``texts`` (id → text) of ``side`` once into a token cache, read from then on when handed them.
+
+        Args:
+            texts: E.g. the query set an evaluation searches.
+            side: ``query`` or ``doc``.
+            content: A hash of the texts (:func:`retrieval_zoo.cache.fingerprint` of their items).
+        """
+        self._cached[side] = TextLookup(TokenCache.build(texts, self.text_tokenizer(), side, content), texts)
+
     def tokenize(self, texts: list[str] | Tokens, side: str) -> tuple[torch.Tensor, torch.Tensor]:
         """(N,) texts of ``side`` (``query`` or ``doc``), or their :class:`Tokens` → (N, L) ids and mask on the device.
 
-        Tokens (a training batch's, made in the DataLoader) are used as they are; texts are tokenized here.
+        Tokens (a training batch's, made in the DataLoader; a corpus's, from its token cache) are used as they are;
+        texts given to :meth:`cache_texts` are read from their cache; other texts (typed at search time) are
+        tokenized here.
         """
-        tokens = texts if isinstance(texts, Tokens) else self.text_tokenizer()(texts, side)
+        if isinstance(texts, Tokens):
+            tokens = texts
+        elif side in self._cached and self._cached[side].holds(texts):
+            tokens = self._cached[side].tokens(texts)
+        else:
+            tokens = self.text_tokenizer()(texts, side)
         return tokens.ids.to(self.device), tokens.mask.to(self.device)
 
     def hidden_states(self, ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:

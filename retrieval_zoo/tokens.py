@@ -122,9 +122,17 @@ class TokenCache:
     def __len__(self) -> int:
         return len(self.offsets) - 1
 
+    def _rows(self, keys: list[str]) -> np.ndarray:
+        return np.asarray([self.row[k] for k in keys], dtype=np.int64)
+
+    def lengths(self, keys: list[str]) -> np.ndarray:
+        """(N,) the number of tokens of each of these texts."""
+        rows = self._rows(keys)
+        return np.asarray(self.offsets[rows + 1]) - np.asarray(self.offsets[rows])
+
     def tokens(self, keys: list[str]) -> Tokens:
         """The padded (N, L) ids and mask of these texts: what the tokenizer itself gives for them."""
-        rows = np.asarray([self.row[k] for k in keys], dtype=np.int64)
+        rows = self._rows(keys)
         starts = np.asarray(self.offsets[rows])
         lengths = np.asarray(self.offsets[rows + 1]) - starts
         width = int(lengths.max()) if len(rows) else 0
@@ -185,20 +193,45 @@ def _build(
 class CachedTexts:
     """Texts named by id that an encoder receives as :class:`Tokens` gathered from a token cache, never as strings.
 
-    What :func:`retrieval_zoo.batching.encode_payload` batches in place of a list of texts.
+    What :func:`retrieval_zoo.batching.encode_payload` batches in place of a list of texts; it orders them into
+    batches by :attr:`lengths`, their length in tokens, so a batch pads the least.
 
     Args:
         cache: The token cache holding them.
         keys: Their ids.
-        lengths: The length that orders them into batches (the texts' length in characters, as for texts).
     """
 
-    def __init__(self, cache: TokenCache, keys: list[str], lengths: list[int]) -> None:
-        self.cache, self.keys, self.lengths = cache, keys, lengths
+    def __init__(self, cache: TokenCache, keys: list[str]) -> None:
+        self.cache, self.keys = cache, keys
 
     def __len__(self) -> int:
         return len(self.keys)
 
+    @property
+    def lengths(self) -> list[int]:
+        """Each text's length in tokens (after truncation, markers included)."""
+        return self.cache.lengths(self.keys).tolist()
+
     def take(self, rows: list[int]) -> Tokens:
         """The padded tokens of the texts at ``rows``."""
         return self.cache.tokens([self.keys[i] for i in rows])
+
+
+class TextLookup:
+    """Texts → their cached :class:`Tokens`, for an encoder handed strings (a query set at evaluation).
+
+    Args:
+        cache: The token cache of ``texts``.
+        texts: The cached texts by id, as :meth:`TokenCache.build` received them.
+    """
+
+    def __init__(self, cache: TokenCache, texts: Mapping[str, str]) -> None:
+        self.cache, self.key_of = cache, {text: key for key, text in texts.items()}
+
+    def holds(self, texts: list[str]) -> bool:
+        """Whether every one of ``texts`` is cached (a text typed at search time is not)."""
+        return all(text in self.key_of for text in texts)
+
+    def tokens(self, texts: list[str]) -> Tokens:
+        """The padded tokens of ``texts``: what the tokenizer gives for them."""
+        return self.cache.tokens([self.key_of[text] for text in texts])

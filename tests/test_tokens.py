@@ -1,3 +1,4 @@
+import numpy as np
 import pytest
 import torch
 
@@ -87,9 +88,85 @@ def test_corpus_encoding_from_cached_tokens_equals_encoding_the_texts(tiny, tiny
         vectors = Faiss().doc_encoder(dense, tiny, tiny_bm25)(ids)
         assert torch.equal(vectors["vectors"], Faiss().corpus_payload(dense, texts)["vectors"])
         bags = InvertedLists().doc_encoder(csurf, tiny, tiny_bm25)(ids)
-        for name, value in InvertedLists().corpus_payload(csurf, texts).items():
-            assert torch.equal(bags[name], value), name
+        expected = InvertedLists().corpus_payload(csurf, texts)
+        in_order = [np.lexsort((b["surface"], b["source"], b["text"])) for b in (bags, expected)]  # batches differ
+        for name, value in expected.items():
+            got = bags[name] if value.ndim == 0 or name == "tokens" else bags[name][in_order[0]]
+            assert torch.equal(got, value if got is bags[name] else value[in_order[1]]), name
         delade = DeLADE(tiny_encoder(mlm_head=True), cls_dim=8).eval()
         encoded = delade.term_encoder(tiny, tiny_bm25).encode_docs(ids)
         lexical, cls = delade.encode_parts(*delade.encoder.tokenize(texts, "doc"))
         assert torch.equal(encoded["lexical"], lexical) and torch.equal(encoded["cls"], cls)
+
+
+def test_cached_texts_are_batched_by_their_length_in_tokens(tiny, cache_dir) -> None:
+    from retrieval_zoo.batching import length_sorted_batches
+    from retrieval_zoo.tokens import CachedTexts
+
+    tokenizer, texts = clear_encoder().text_tokenizer(), texts_of(tiny, 40)
+    cached = CachedTexts(TokenCache.build(texts, tokenizer, "doc", content="tiny"), list(texts))
+    lengths = [len(ids) for ids in tokenizer.unpadded(list(texts.values()), "doc")]
+    assert cached.lengths == lengths
+    batches = length_sorted_batches(cached, 8)
+    assert [lengths[i] for batch in batches for i in batch] == sorted(lengths, reverse=True)
+
+
+class Spy:
+    """Records what an encoder's ``tokenize`` and its tokenizer receive."""
+
+    def __init__(self, monkeypatch) -> None:
+        from retrieval_zoo.encoder import Encoder
+        from retrieval_zoo.tokens import TextTokenizer
+
+        self.handed, self.tokenized = [], []
+        tokenize, call = Encoder.tokenize, TextTokenizer.__call__
+
+        def spy_tokenize(encoder, texts, side):
+            self.handed.append((side, type(texts).__name__))
+            return tokenize(encoder, texts, side)
+
+        def spy_call(tokenizer, texts, side):
+            self.tokenized.append((side, list(texts)))
+            return call(tokenizer, texts, side)
+
+        monkeypatch.setattr(Encoder, "tokenize", spy_tokenize)
+        monkeypatch.setattr(TextTokenizer, "__call__", spy_call)
+
+
+def test_cached_queries_are_read_from_the_cache_and_typed_ones_tokenized(tiny, cache_dir, monkeypatch) -> None:
+    from retrieval_zoo.methods.dense import DenseBiEncoder
+
+    model = DenseBiEncoder(clear_encoder())
+    queries = dict(list(tiny.queries["dev"].items())[:6])
+    model.cache_queries(queries)
+    spy, texts = Spy(monkeypatch), list(queries.values())[::-1]
+    ids, mask = model.encoder.tokenize(texts, "query")
+    expected = model.encoder.text_tokenizer()(texts, "query")  # the spy records this call too
+    assert torch.equal(ids, expected.ids) and torch.equal(mask, expected.mask)
+    assert spy.tokenized == [("query", texts)]  # only the comparison tokenized
+    model.encoder.tokenize([*texts[:2], "a query typed at search time"], "query")
+    assert spy.tokenized[-1] == ("query", [*texts[:2], "a query typed at search time"])
+
+
+@pytest.mark.parametrize("method", ["dense", "dlr_splade"])
+def test_evaluation_encodes_corpus_and_queries_from_token_caches(tiny, tiny_bm25, cache_dir, tmp_path, monkeypatch,
+                                                                 method: str) -> None:  # fmt: skip
+    """Nothing is tokenized while an evaluation encodes the corpus and searches: every text comes from a cache."""
+    from retrieval_zoo.index.dense import Faiss
+    from retrieval_zoo.index.terms import Gip
+    from retrieval_zoo.methods.dense import DenseBiEncoder
+    from retrieval_zoo.methods.dhr_fusion import DhrFusion
+    from retrieval_zoo.pipeline import evaluate_method
+    from tests.conftest import tiny_encoder
+
+    if method == "dense":
+        model, index = DenseBiEncoder(clear_encoder()), Faiss()
+    else:
+        model = DhrFusion(lexical="splade", encoder=tiny_encoder(mlm_head=True, doc_max_length=16))
+        index = Gip(slices=64, first_stage=None, weight_grid=(1.0,))
+    TokenCache.build(tiny.corpus, model.text_tokenizer(), "doc", tiny.corpus_fingerprint)  # as training leaves it
+    spy = Spy(monkeypatch)
+    evaluate_method(model, index, tiny, tiny_bm25, "dev", 20, tmp_path, method, tune_queries=5)
+    handed = {side: {kind for s, kind in spy.handed if s == side} for side in ("query", "doc")}
+    assert handed == {"doc": {"Tokens"}, "query": {"list"}}  # the corpus as tokens; queries as texts, then ...
+    assert spy.tokenized == []  # ... read from their cache (built unpadded, once): the tokenizer never ran

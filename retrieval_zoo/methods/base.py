@@ -10,7 +10,7 @@ selected on retrieval quality.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import ClassVar
 
 import lightning as L
@@ -18,6 +18,7 @@ import numpy as np
 import torch
 
 from retrieval_zoo.batching import Texts
+from retrieval_zoo.cache import fingerprint
 from retrieval_zoo.data.collections import Collection
 from retrieval_zoo.encoder import Encoder
 from retrieval_zoo.loggers import log_histogram
@@ -121,7 +122,17 @@ class RetrievalMethod(L.LightningModule):
         if tokenizer is None:
             return lambda ids: [corpus[d] for d in ids]
         cache = TokenCache.build(corpus, tokenizer, "doc", collection.corpus_fingerprint)
-        return lambda ids: CachedTexts(cache, ids, [len(corpus[d]) for d in ids])
+        return lambda ids: CachedTexts(cache, ids)
+
+    def cache_queries(self, queries: Mapping[str, str]) -> None:
+        """Tokenize a query set (id → text) once for every encoder of the method, which then reads their tokens.
+
+        Evaluation and validation call it before they search, so query encoding reads a token cache as training does.
+        """
+        content = fingerprint(sorted(queries.items()))
+        for module in self.modules():
+            if isinstance(module, Encoder):
+                module.cache_texts(queries, "query", content)
 
     def encoding_settings(self) -> dict:
         """What besides the weights changes the method's encoding of a corpus (hashed into its cache key)."""
