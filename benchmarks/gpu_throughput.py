@@ -2,16 +2,18 @@
 
 Per method, side by side in one run on one device (``--device cuda|cpu``) and backbone (``--backbone``, any
 ``conf/backbone`` name; ``bert_base_random`` is bert-base's size, randomly initialised, no download):
-- **step ÷ bare step**: ``losses(batch)`` + backward on a batch from the DataModule as ``train.py`` builds it (its
-  tokens from the token caches), against a replay of the very token tensors the method fed its encoder through the
-  encoder alone with a trivial loss (CSurF: the transformer alone; it projects to the vocabulary itself);
-- **encoding docs/s and ÷ replay**: the corpus encoding of the index the method's config picks
-  (``Index.doc_encoder``, the path evaluation runs) over ``--docs`` documents, against an encoder-only replay of the
-  token tensors it produced;
+- **step ÷ bare step** (trained methods): ``losses(batch)`` + backward on a batch from the DataModule as ``train.py``
+  builds it (its tokens from the token caches), against a replay of the very token tensors the method fed its
+  backbones through the backbones alone with a trivial loss;
+- **encoding docs/s and ÷ replay** (every method, the untrained fusions included): the corpus encoding of the index
+  the method's config picks (``Index.doc_encoder``, the path evaluation runs) over ``--docs`` documents, against a
+  replay of the token tensors it produced through the backbones alone (none for BM25's DLRs).
 - **search ms/query** (CSurF's inverted lists, on the device): over ``--queries`` dev queries of the collection.
+The bare backbone is the whole one, its MLM head included: SPLADE, DeLADE and CSurF, which read the logits
+themselves, are compared with the masked LM's own forward over the full (batch, length, |V|) logits.
 With ``--precision bf16`` the steps and encodings run under bf16 autocast, as ``trainer=gpu`` does; ``--compile``
-compiles the backbone (``method.encoder.compile=true``). ``--end-to-end`` also times ``python train.py`` with the
-given trainer.
+compiles every backbone (what ``method.encoder.compile=true`` does). ``--end-to-end`` also times ``python train.py``
+with the given trainer.
 
     python -m benchmarks.gpu_throughput [--device cuda] [--backbone bert_base_random] [--methods dense,csurf]
 """
@@ -27,35 +29,54 @@ import time
 from collections.abc import Callable
 
 import torch
+from lightning.fabric.utilities.apply_func import move_data_to_device
 
 from benchmarks.common import composed, header, side_by_side
 from retrieval_zoo.data.collections import embedded
+from retrieval_zoo.encoder import Encoder
 from retrieval_zoo.index.csf import InvertedLists
 from retrieval_zoo.lexical.bm25 import BM25
 from retrieval_zoo.training.datamodule import TriplesDataModule
 
-METHODS = ("dense", "clear", "roc", "delade_cls", "csurf")
+METHODS = ("dense", "clear", "roc", "delade_cls", "csurf", "dlr_splade", "dhr_bm25_dense")
 
 
-def bare_encoder(model: torch.nn.Module, method: str) -> torch.nn.Module:
-    """The module whose forward the bare step replays: the transformer (CSurF), else the encoder's model."""
-    return model.encoder.model.base_model if method == "csurf" else model.encoder.model
+def encoder_models(model: torch.nn.Module) -> dict[torch.nn.Module, torch.nn.Module]:
+    """Each backbone the method runs, whole and as the transformer below its MLM head → the whole backbone.
+
+    The bare encoder is the whole backbone, its MLM head included: a method that reads the logits itself (SPLADE's
+    chunked max) is compared with the masked LM's own forward.
+    """
+    models = [m.model for m in model.modules() if isinstance(m, Encoder)]
+    return {module: m for m in models for module in (m, m.base_model)}
 
 
-def captured(encoder: torch.nn.Module, run: Callable[[], object]) -> list[dict]:
-    """The keyword inputs ``encoder`` received while ``run()`` ran."""
-    inputs: list[dict] = []
-    hook = encoder.register_forward_pre_hook(lambda _m, _a, kwargs: inputs.append(kwargs), with_kwargs=True)
+def captured(model: torch.nn.Module, run: Callable[[], object]) -> list[tuple[torch.nn.Module, dict]]:
+    """(whole backbone, keyword inputs) of each outermost backbone call while ``run()`` ran: what the bare replays."""
+    calls: list[tuple[torch.nn.Module, dict]] = []
+    depth = [0]
+    whole = encoder_models(model)
+
+    def before(module: torch.nn.Module, _args: tuple, kwargs: dict) -> None:
+        if depth[0] == 0:
+            calls.append((whole[module], kwargs))
+        depth[0] += 1
+
+    def after(*_: object) -> None:
+        depth[0] -= 1
+
+    hooks = [m.register_forward_pre_hook(before, with_kwargs=True) for m in whole]
+    hooks += [m.register_forward_hook(after) for m in whole]
     try:
         run()
     finally:
-        hook.remove()
-    return inputs
+        for hook in hooks:
+            hook.remove()
+    return calls
 
 
-def step_ratio(model: torch.nn.Module, method: str, batch: object, autocast: object, repeat: int) -> tuple:
+def step_ratio(model: torch.nn.Module, batch: object, autocast: object, repeat: int) -> tuple[float, float]:
     """(bare step s, method step s) on one batch, timed in alternation."""
-    encoder = bare_encoder(model, method)
 
     def method_step() -> None:
         with autocast():
@@ -63,11 +84,11 @@ def step_ratio(model: torch.nn.Module, method: str, batch: object, autocast: obj
         torch.stack(list(losses.values())).sum().backward()
         model.zero_grad(set_to_none=True)
 
-    inputs = captured(encoder, method_step)
+    calls = captured(model, method_step)
 
     def bare_step() -> None:
         with autocast():
-            total = torch.stack([encoder(**kwargs)[0].float().sum() for kwargs in inputs]).sum()
+            total = torch.stack([first_output(module(**kwargs)).float().sum() for module, kwargs in calls]).sum()
         total.backward()
         model.zero_grad(set_to_none=True)
 
@@ -75,23 +96,30 @@ def step_ratio(model: torch.nn.Module, method: str, batch: object, autocast: obj
     return timings["bare"], timings["method"]
 
 
-def encoding_ratio(model: torch.nn.Module, method: str, index: object, docids: list[str], autocast: object,
-                   collection: object, bm25: BM25) -> tuple[float, float]:  # fmt: skip
-    """(replay s, method s) encoding ``docids`` through the method's default index, as evaluation does."""
+def first_output(output: object) -> torch.Tensor:
+    """The logits or last hidden states of a backbone's output."""
+    return output[0]
+
+
+def encoding_ratio(model: torch.nn.Module, index: object, docids: list[str], autocast: object, collection: object,
+                   bm25: BM25) -> tuple[float | None, float]:  # fmt: skip
+    """(replay s or None without an encoder, method s) encoding ``docids`` through the method's index, as evaluation
+    does."""
     encode = index.doc_encoder(model, collection, bm25)
-    encoder = bare_encoder(model, method)
 
     def project() -> None:
         with torch.inference_mode(), autocast():
             encode(docids)
 
-    inputs = captured(encoder, project)
+    calls = captured(model, project)
 
     def replay() -> None:
         with torch.inference_mode(), autocast():
-            for kwargs in inputs:
-                encoder(**kwargs)
+            for module, kwargs in calls:
+                module(**kwargs)
 
+    if not calls:  # BM25's DLRs: no encoder
+        return None, side_by_side({"method": synced(project)}, repeat=2)["method"]
     timings = side_by_side({"replay": synced(replay), "method": synced(project)}, repeat=2)
     return timings["replay"], timings["method"]
 
@@ -134,19 +162,22 @@ def main() -> None:
     print("| method | bare step (s) | step (s) | step ÷ bare | encoding docs/s | replay docs/s | project ÷ replay |")
     print("|---|---|---|---|---|---|---|")
     for method in args.methods.split(","):
-        compiled = [f"method.encoder.compile={args.compile}"]
-        model, index = composed("method", method, f"backbone={args.backbone}", *compiled, also=("index",))
+        model, index = composed("method", method, f"backbone={args.backbone}", also=("index",))
         model = model.to(device)
-        datamodule = TriplesDataModule(collection, bm25, batch_size=args.batch_size, needs=model.needs, epochs=1,
-                                       tokenizer=model.text_tokenizer())  # fmt: skip
-        datamodule.setup("fit")
-        batch = next(iter(datamodule.train_dataloader()))
-        batch.query_tokens, batch.doc_tokens = batch.query_tokens.to(device), batch.doc_tokens.to(device)
-        bare, step = step_ratio(model.train(), method, batch, autocast, args.repeat)
-        replay, project = encoding_ratio(model.eval(), method, index, docids, autocast, collection, bm25)
+        for encoder in (m for m in model.modules() if isinstance(m, Encoder)) if args.compile else ():
+            encoder.model.compile()  # what method.encoder.compile=true does, for every backbone of the method
+        bare = step = None
+        if model.trainable:
+            datamodule = TriplesDataModule(collection, bm25, batch_size=args.batch_size, needs=model.needs, epochs=1,
+                                           tokenizer=model.text_tokenizer(), term_keys=model.term_keys())  # fmt: skip
+            datamodule.setup("fit")
+            batch = move_data_to_device(next(iter(datamodule.train_dataloader())), device)
+            bare, step = step_ratio(model.train(), batch, autocast, args.repeat)
+        replay, project = encoding_ratio(model.eval(), index, docids, autocast, collection, bm25)
         n = len(docids)
-        print(f"| {method} | {bare:.4f} | {step:.4f} | {step / bare:.2f} | {n / project:,.0f} | {n / replay:,.0f} | "
-              f"{replay / project:.2f} |")  # fmt: skip
+        steps = f"{bare:.4f} | {step:.4f} | {step / bare:.2f}" if step else "— | — | —"
+        replayed = f"{n / replay:,.0f} | {replay / project:.2f}" if replay else "— | —"
+        print(f"| {method} | {steps} | {n / project:,.0f} | {replayed} |")
         if method == "csurf":
             queries = dict(list(collection.judged_queries("dev").items())[: args.queries])
             with torch.inference_mode(), autocast():
