@@ -114,6 +114,28 @@ def test_pooled_projection_backward_is_bitwise_repeatable_on_two_threads(two_thr
         assert all(torch.equal(a, b) for a, b in zip(first, gradients(), strict=True))
 
 
+def test_pooled_projection_backward_under_bf16_autocast_sums_in_float32() -> None:
+    # Under CPU autocast the MLM transform's output (x) is bf16 and the maxima too: the backward must not mix dtypes,
+    # and gives each input's dtype back, close to the float32 gradients.
+    from retrieval_zoo.lexical.splade import _PooledProjection
+
+    generator = torch.Generator().manual_seed(0)
+    x = torch.randn(2, 5, 32, generator=generator, requires_grad=True)
+    weight = torch.randn(3000, 32, generator=generator, requires_grad=True)
+    upstream = torch.randn(2, 3000, generator=generator)
+
+    def gradients(source: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        maxima, _ = _PooledProjection.apply(source, weight, torch.ones(2, 5), 1024)
+        return torch.autograd.grad((maxima.float() * upstream).sum(), (x, weight))
+
+    exact = gradients(x)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        low = gradients(x.to(torch.bfloat16))
+    assert low[0].dtype == torch.float32 and low[1].dtype == torch.float32  # through the cast back to x's dtype
+    for got, want in zip(low, exact, strict=True):
+        assert torch.nn.functional.cosine_similarity(got.flatten(), want.flatten(), dim=0) > 0.99
+
+
 def test_flops_and_its_warmup_by_hand() -> None:
     weights = torch.tensor([[1.0, 0.0, 2.0], [3.0, 0.0, 0.0]])  # batch means (2, 0, 1) → 4 + 0 + 1
     assert flops(weights.mean(0)).item() == 5.0
