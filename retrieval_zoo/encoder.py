@@ -8,12 +8,13 @@ its last hidden states (mean over real tokens, CLEAR Eq. 2–3; or [CLS], DPR an
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 import torch
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from retrieval_zoo.backbones import Backbone
+from retrieval_zoo.tokens import TextLookup, TextTokenizer, TokenCache, Tokens
 
 SIDES = ("query", "doc")
 
@@ -44,6 +45,7 @@ class Encoder(torch.nn.Module):
             vocabulary as special tokens; None for none.
         mlm_head: Load the masked-LM model (encoder + vocabulary projection), for methods that read its logits.
         batch_size: Texts per forward pass when encoding many (a corpus, a query set).
+        compile: Compile the backbone with ``torch.compile`` (in place: its weights keep their names).
     """
 
     def __init__(
@@ -55,6 +57,7 @@ class Encoder(torch.nn.Module):
         markers: dict[str, str] | None = None,
         mlm_head: bool = False,
         batch_size: int = 128,
+        compile: bool = False,
     ) -> None:
         super().__init__()
         if pooling not in POOLING:
@@ -69,6 +72,9 @@ class Encoder(torch.nn.Module):
         if self.markers:
             self.tokenizer.add_tokens(list(self.markers.values()), special_tokens=True)
             self.model.resize_token_embeddings(len(self.tokenizer))
+        if compile:
+            self.model.compile()
+        self._cached: dict[str, TextLookup] = {}  # side → texts whose tokens are read from a token cache
 
     @property
     def hidden_size(self) -> int:
@@ -85,13 +91,34 @@ class Encoder(torch.nn.Module):
         """Where the weights are."""
         return next(self.model.parameters()).device
 
-    def tokenize(self, texts: list[str], side: str) -> tuple[torch.Tensor, torch.Tensor]:
-        """(N,) texts of ``side`` (``query`` or ``doc``) → padded input ids and attention mask, both (N, L)."""
-        marker = self.markers.get(side)
-        texts = [f"{marker} {t}" for t in texts] if marker else texts
-        tokens = self.tokenizer(texts, padding=True, truncation=True, max_length=self.max_length[side],
-                                return_tensors="pt")  # fmt: skip
-        return tokens["input_ids"].to(self.device), tokens["attention_mask"].to(self.device)
+    def text_tokenizer(self) -> TextTokenizer:
+        """The tokenizer with this encoder's markers and maximum lengths, for the DataLoader's workers."""
+        return TextTokenizer(self.tokenizer, self.max_length, self.markers)
+
+    def cache_texts(self, texts: Mapping[str, str], side: str, content: str) -> None:
+        """Tokenize ``texts`` (id → text) of ``side`` once into a token cache, read from then on when handed them.
+
+        Args:
+            texts: E.g. the query set an evaluation searches.
+            side: ``query`` or ``doc``.
+            content: A hash of the texts (:func:`retrieval_zoo.cache.fingerprint` of their items).
+        """
+        self._cached[side] = TextLookup(TokenCache.build(texts, self.text_tokenizer(), side, content), texts)
+
+    def tokenize(self, texts: list[str] | Tokens, side: str) -> tuple[torch.Tensor, torch.Tensor]:
+        """(N,) texts of ``side`` (``query`` or ``doc``), or their :class:`Tokens` → (N, L) ids and mask on the device.
+
+        Tokens (a training batch's, made in the DataLoader; a corpus's, from its token cache) are used as they are;
+        texts given to :meth:`cache_texts` are read from their cache; other texts (typed at search time) are
+        tokenized here.
+        """
+        if isinstance(texts, Tokens):
+            tokens = texts
+        elif side in self._cached and self._cached[side].holds(texts):
+            tokens = self._cached[side].tokens(texts)
+        else:
+            tokens = self.text_tokenizer()(texts, side)
+        return tokens.ids.to(self.device), tokens.mask.to(self.device)
 
     def hidden_states(self, ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         """(N, L) ids and mask → (N, L, H) last hidden states of the encoder (below any MLM head)."""
@@ -106,6 +133,6 @@ class Encoder(torch.nn.Module):
         """(N, L) ids and mask → (N, H) pooled vectors."""
         return self.pool(self.hidden_states(ids, mask), mask)
 
-    def encode(self, texts: list[str], side: str) -> torch.Tensor:
-        """(N,) texts of ``side`` → (N, H) pooled vectors."""
+    def encode(self, texts: list[str] | Tokens, side: str) -> torch.Tensor:
+        """(N,) texts of ``side``, or their :class:`Tokens` → (N, H) pooled vectors."""
         return self.embed(*self.tokenize(texts, side))

@@ -102,14 +102,18 @@ def evaluate_method(
     model.eval()  # every method: an untrained one may hold a dense part with dropout (dhr_bm25_dense)
     if model.trainable:
         model.to("cuda" if torch.cuda.is_available() else "cpu")
+    held_out = {}
+    if tune_queries:
+        train_queries = collection.queries[tuning_split]
+        held_out = {q: train_queries[q] for q in collection.tuning_qids(tune_queries)}
+    searched = {f"{split}/{q}": t for q, t in queries.items()} | {f"{tuning_split}/{q}": t for q, t in held_out.items()}
+    model.cache_queries(searched)  # query encoding reads their tokens, as training does
     results, timings, tuning, parts, runs = {}, {}, {}, {}, {}
     for system, run_name in (("BM25", f"run.{split}.bm25.trec"), (name, f"run.{split}.trec")):
         started = time.perf_counter()
         retriever = bm25 if system == "BM25" else index.build(model, collection, bm25, shards)
         if system == name and tune_queries:
-            train_queries = collection.queries[collection.train_split]
-            held_out = {q: train_queries[q] for q in collection.tuning_qids(tune_queries)}
-            train_qrels = collection.qrels[collection.train_split]
+            train_qrels = collection.qrels[tuning_split]
             tuning = index.tune(retriever, held_out, {q: train_qrels[q] for q in held_out})
         run = runs[system] = as_written(retriever.search(queries, k))  # scored as trec_eval scores the written file
         timings[system] = time.perf_counter() - started

@@ -30,8 +30,11 @@ class RetrievalValidation(L.Callback):
         self._run: Run = {}
 
     def on_validation_epoch_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        """Index the corpus with the current weights."""
+        """Index the corpus with the current weights; the validation queries' tokens are read from a token cache."""
         self._run = {}
+        datamodule = trainer.datamodule
+        queries = datamodule.collection.queries[datamodule.val_split]
+        pl_module.cache_queries({q: queries[q] for q in datamodule.val_qids})
         self._retriever = self.index.build(pl_module, trainer.datamodule.collection, self.bm25)
 
     def on_validation_batch_end(

@@ -114,6 +114,28 @@ def test_pooled_projection_backward_is_bitwise_repeatable_on_two_threads(two_thr
         assert all(torch.equal(a, b) for a, b in zip(first, gradients(), strict=True))
 
 
+def test_pooled_projection_backward_under_bf16_autocast_sums_in_float32() -> None:
+    # Under CPU autocast the MLM transform's output (x) is bf16 and the maxima too: the backward must not mix dtypes,
+    # and gives each input's dtype back, close to the float32 gradients.
+    from retrieval_zoo.lexical.splade import _PooledProjection
+
+    generator = torch.Generator().manual_seed(0)
+    x = torch.randn(2, 5, 32, generator=generator, requires_grad=True)
+    weight = torch.randn(3000, 32, generator=generator, requires_grad=True)
+    upstream = torch.randn(2, 3000, generator=generator)
+
+    def gradients(source: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        maxima, _ = _PooledProjection.apply(source, weight, torch.ones(2, 5), 1024)
+        return torch.autograd.grad((maxima.float() * upstream).sum(), (x, weight))
+
+    exact = gradients(x)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        low = gradients(x.to(torch.bfloat16))
+    assert low[0].dtype == torch.float32 and low[1].dtype == torch.float32  # through the cast back to x's dtype
+    for got, want in zip(low, exact, strict=True):
+        assert torch.nn.functional.cosine_similarity(got.flatten(), want.flatten(), dim=0) > 0.99
+
+
 def test_flops_and_its_warmup_by_hand() -> None:
     weights = torch.tensor([[1.0, 0.0, 2.0], [3.0, 0.0, 0.0]])  # batch means (2, 0, 1) → 4 + 0 + 1
     assert flops(weights.mean(0)).item() == 5.0
@@ -179,23 +201,28 @@ def test_losses_are_named_weighted_and_reach_every_part() -> None:
     assert flops(q_weights.mean(0)).item() > 0
 
 
+DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])  # the GPU path wherever a GPU is present
+
+
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("vector_dim", [8, 0])
-def test_inverted_index_equals_brute_force_with_the_training_score(vector_dim: int, tiny) -> None:
+def test_inverted_index_equals_brute_force_with_the_training_score(vector_dim: int, device: str, tiny) -> None:
     model = sparse_model(vector_dim=vector_dim, doc_max_length=24)
     docids = list(tiny.corpus)[:60]
     corpus = {d: tiny.corpus[d] for d in docids}
     queries = dict(list(tiny.judged_queries("dev").items())[:6])
     # One encoder batch each way, so the index and the brute force score bit-identical CSFs.
     retriever = CsfRetriever(model.encode_query, bag_shards(model, corpus, 64), model.vocab_size, prune_threshold=0.0,
-                             query_batch_size=8)  # fmt: skip
+                             query_batch_size=8, device=device)  # fmt: skip
     run = retriever.search(queries, k=10)
     with torch.no_grad():
         brute = model.score(model.encode_query(list(queries.values())), model.encode_doc(list(corpus.values())))
+    same = (lambda a, b: a == b) if device == "cpu" else (lambda a, b: a == pytest.approx(b, rel=1e-5, abs=1e-6))
     for row, qid in enumerate(queries):
         top = brute[row].topk(10)
         expected = {docids[i]: s for s, i in zip(top.values.tolist(), top.indices.tolist(), strict=True) if s > 0}
-        assert sorted(run[qid].values()) == sorted(expected.values())  # the very same floats
-        assert all(brute[row, docids.index(d)].item() == s for d, s in run[qid].items())
+        assert same(sorted(run[qid].values()), sorted(expected.values()))  # on the CPU, the very same floats
+        assert all(same(brute[row, docids.index(d)].item(), s) for d, s in run[qid].items())
     stats = retriever.efficiency()
     assert stats["csf_per_doc"] == pytest.approx(retriever.postings_count / 60)
     # E_OPS = Σ_t n̂_t^q·n̂_t^d is the average number of CSF pairs a query scores per document.

@@ -186,3 +186,63 @@ def test_a_negatives_run_with_unknown_ids_names_file_and_line(tiny, tiny_bm25, t
     dm = TriplesDataModule(tiny, tiny_bm25, negatives_run=str(tmp_path / "negatives.trec"))
     with pytest.raises(FormatError, match=r"negatives.trec:2: unknown document id 'no-such-doc'"):
         dm.setup("fit")
+
+
+def test_training_steps_receive_tokens_made_in_the_dataloader_and_lose_nothing(tiny, tiny_bm25, tmp_path) -> None:
+    import dataclasses
+
+    import lightning as L
+
+    from retrieval_zoo.methods.dense import DenseBiEncoder
+    from retrieval_zoo.tokens import Tokens
+    from tests.conftest import clear_encoder
+
+    model = DenseBiEncoder(clear_encoder()).eval()  # markers: the workers' tokenizer must prefix them too
+    dm = TriplesDataModule(tiny, tiny_bm25, batch_size=8, n_negatives=1, tokenizer=model.text_tokenizer())
+    plain = TriplesDataModule(tiny, tiny_bm25, batch_size=8, n_negatives=1)
+    dm.setup(), plain.setup()
+    items = [(q, dm.sampling.group(q, 0)) for q in dm.train_qids[:4]]
+    tokenized, texts = dm.collate(items), plain.collate(items)
+    assert tokenized.queries is None and tokenized.docs is None  # no strings reach the step, but ids
+    wants_texts = TriplesDataModule(tiny, tiny_bm25, batch_size=8, needs={"texts"}, tokenizer=model.text_tokenizer())
+    wants_texts.setup()
+    kept = wants_texts.collate(items)  # an online teacher reads the texts with its own tokenizer
+    assert kept.queries == texts.queries and kept.docs == texts.docs and kept.query_tokens is not None
+    assert torch.equal(tokenized.query_tokens.ids, model.encoder.tokenize(texts.queries, "query")[0])
+    assert torch.equal(tokenized.doc_tokens.mask, model.encoder.tokenize(texts.docs, "doc")[1])
+    torch.manual_seed(0)
+    with torch.no_grad():
+        from_tokens = model.losses(tokenized)[0]["nll"]
+        from_texts = model.losses(texts)[0]["nll"]
+    assert torch.equal(from_tokens, from_texts)  # the very same loss
+
+    seen: list[dict[str, type]] = []
+
+    class Recorder(DenseBiEncoder):
+        def training_step(self, batch, batch_idx):
+            seen.append({f.name: type(getattr(batch, f.name)) for f in dataclasses.fields(batch)})
+            return super().training_step(batch, batch_idx)
+
+    dm = TriplesDataModule(
+        tiny, tiny_bm25, batch_size=8, n_negatives=1, num_workers=1, tokenizer=model.text_tokenizer()
+    )
+    trainer = L.Trainer(
+        max_steps=2, limit_val_batches=0, logger=False, enable_checkpointing=False, enable_progress_bar=False,
+        use_distributed_sampler=False, default_root_dir=str(tmp_path), enable_model_summary=False,
+    )  # fmt: skip
+    trainer.fit(Recorder(clear_encoder()), datamodule=dm)
+    assert len(seen) == 2
+    for fields in seen:  # tokenized in the worker; the texts never reach the step
+        assert fields["query_tokens"] is Tokens and fields["doc_tokens"] is Tokens
+        assert fields["queries"] is type(None) and fields["docs"] is type(None)
+
+
+def test_workers_auto_is_none_on_cpus_and_bad_values_fail_at_construction(tiny, tiny_bm25) -> None:
+    dm = TriplesDataModule(tiny, tiny_bm25, batch_size=8)
+    assert dm.num_workers == "auto"
+    dm.setup()
+    loader = dm.train_dataloader()  # no trainer: a CPU process
+    assert loader.num_workers == 0 and not loader.pin_memory
+    for bad in ("many", -1, 1.5):
+        with pytest.raises(ValueError, match="data.num_workers must be 'auto' or a number"):
+            TriplesDataModule(tiny, tiny_bm25, num_workers=bad)

@@ -2,7 +2,7 @@ import pytest
 import torch
 
 from retrieval_zoo.index.terms import Gip
-from retrieval_zoo.lexical.delade import delade_vectors, delade_vectors_naive
+from retrieval_zoo.lexical.delade import _WeightedSoftmaxMax, delade_vectors, delade_vectors_naive
 from retrieval_zoo.losses import kl_distillation
 from retrieval_zoo.methods.delade import DeLADE
 from tests.conftest import tiny_encoder
@@ -36,6 +36,35 @@ def test_fast_delade_vectors_equal_the_literal_formula(bias: float) -> None:
     naive_grads = torch.autograd.grad((naive * upstream).sum(), (logits, hidden))
     for fast_grad, naive_grad in zip(fast_grads, naive_grads, strict=True):
         assert torch.allclose(fast_grad, naive_grad, rtol=1e-4, atol=1e-6)
+
+
+def running_max_reference(z: torch.Tensor, weights: torch.Tensor, real: torch.Tensor) -> tuple:
+    """The forward as it was before issue 20: a Python loop over positions keeping a running max and its winner."""
+    log_normaliser = torch.logsumexp(z, dim=-1)
+    best = torch.full(z.shape[::2], float("-inf"))
+    winner = torch.zeros(best.shape, dtype=torch.long)
+    for i in range(z.shape[1]):
+        candidate = weights[:, i : i + 1] * torch.exp(z[:, i] - log_normaliser[:, i : i + 1])
+        candidate = candidate.masked_fill(~real[:, i : i + 1], float("-inf"))
+        better = candidate > best
+        best, winner = torch.where(better, candidate, best), torch.where(better, i, winner)
+    return best, winner
+
+
+def test_vectorised_forward_equals_the_running_max_it_replaced() -> None:
+    torch.manual_seed(1)
+    z = torch.randn(4, 9, 300) * 4
+    weights = torch.randn(4, 9)
+    weights[0, 2:5] = weights[0, 1]  # equal weights and equal logits: ties, which the first position must win
+    z[0, 2:5] = z[0, 1]
+    real = torch.ones(4, 9, dtype=torch.bool)
+    real[1, 5:], real[2, 1:] = False, False
+    real[3] = False  # no real token at all: -inf everywhere, as before
+    ctx = type("Ctx", (), {"save_for_backward": lambda self, *tensors: setattr(self, "saved", tensors)})()
+    best = _WeightedSoftmaxMax.forward(ctx, z, weights, real)
+    expected_best, expected_winner = running_max_reference(z, weights, real)
+    assert torch.allclose(best, expected_best, rtol=1e-6, atol=0) and torch.equal(best.isinf(), expected_best.isinf())
+    assert torch.equal(ctx.saved[3], expected_winner)
 
 
 def test_kl_distillation_by_hand() -> None:

@@ -1,16 +1,42 @@
+import random
+
 import pytest
+import torch
 
 from retrieval_zoo.evaluation import evaluate
 from retrieval_zoo.index.base import fused_parts
 from retrieval_zoo.index.terms import Gip
 from retrieval_zoo.methods.dense import DenseBiEncoder
-from retrieval_zoo.methods.dhr_fusion import DhrFusion, bag_matrix
+from retrieval_zoo.methods.dhr_fusion import DhrFusion, TermBags, bag_matrix
 from tests.conftest import tiny_encoder
 
 
 def test_bag_matrix_places_weights_and_drops_unknown_terms() -> None:
     matrix = bag_matrix([{"b": 2.0, "zzz": 9.0}, {"a": 1.0}], {"a": 0, "b": 1})
     assert matrix.tolist() == [[0.0, 2.0], [1.0, 0.0]]
+
+
+def loop_bag_matrix(bags: list[dict[str, float]], vocabulary: dict[str, int]) -> torch.Tensor:
+    """bag_matrix as it was before issue 20: a Python loop over bags and terms."""
+    matrix = torch.zeros(len(bags), len(vocabulary))
+    for row, bag in enumerate(bags):
+        for term, weight in bag.items():
+            if term in vocabulary:
+                matrix[row, vocabulary[term]] = weight
+    return matrix
+
+
+def test_term_bags_gather_any_rows_exactly_as_the_loop_did() -> None:
+    rng = random.Random(0)
+    words = [f"w{i}" for i in range(40)]
+    vocabulary = {w: i for i, w in enumerate(words[:30])}  # w30..w39 are unknown: they match nothing
+    bags = [{w: rng.uniform(0.1, 3.0) for w in rng.sample(words, rng.randint(0, 8))} for _ in range(25)]
+    store = TermBags(bags, vocabulary)
+    rows = [7, 0, 24, 7, 3] + [i for i, bag in enumerate(bags) if not bag]  # any order, repeats, empty bags
+    expected = loop_bag_matrix([bags[r] for r in rows], vocabulary)
+    assert torch.equal(store.dense(torch.tensor(rows)), expected)
+    assert torch.equal(bag_matrix(bags, vocabulary), loop_bag_matrix(bags, vocabulary))
+    assert store.dense(torch.tensor([], dtype=torch.long)).shape == (0, 30)
 
 
 def test_bm25_dlr_only_loses_what_collisions_hide(tiny, tiny_bm25) -> None:

@@ -3,7 +3,7 @@ import math
 import pytest
 import torch
 
-from retrieval_zoo.batching import length_sorted_batches
+from retrieval_zoo.batching import encode_payload, length_sorted_batches
 from retrieval_zoo.encoder import cls_pool, mean_pool
 from retrieval_zoo.losses import group_targets, in_batch_accuracy, listwise_nll
 from retrieval_zoo.methods.base import Optim
@@ -36,6 +36,22 @@ def test_length_sorted_batches_cover_every_index_once() -> None:
     texts = ["a", "ccc", "bb", "dddd", "e"]
     batches = length_sorted_batches(texts, 2)
     assert batches[0] == [3, 1] and sorted(i for b in batches for i in b) == list(range(5))
+
+
+def test_ids_are_batched_by_the_length_of_the_texts_they_stand_for() -> None:
+    corpus = {"d1": "a long text of many words", "d22": "short", "d333": "mid length text"}
+    ids = list(corpus)
+    seen: list[list[str]] = []
+
+    def encode(batch: list[str]) -> dict[str, torch.Tensor]:
+        seen.append(batch)
+        return {"rows": torch.tensor([[float(ids.index(d))] for d in batch])}
+
+    payload = encode_payload(encode, ids, 1, "docs", lengths=[len(corpus[d]) for d in ids])
+    assert seen == [["d1"], ["d333"], ["d22"]]  # by text length; by id length it would be d333, d22, d1
+    assert payload["rows"].flatten().tolist() == [0.0, 1.0, 2.0]  # rows back in input order
+    with pytest.raises(ValueError, match="2 lengths for 3 items"):
+        length_sorted_batches(ids, 1, lengths=[1, 2])
 
 
 def test_schedule_is_a_pure_function_of_the_step() -> None:
@@ -144,6 +160,35 @@ def test_masking_touches_only_exact_matches_in_the_configured_fraction() -> None
     counts = [int((mask_exact_matches(docs, query, 0.15, mask, [cls, sep, pad, mask], g)[2] == mask).sum())
               for _ in range(2000)]  # fmt: skip
     assert sum(counts) / 2000 == pytest.approx(0.3, abs=0.04)
+
+
+def masking_loop_reference(doc_ids, query_ids, fraction, mask_id, special_ids, generator) -> torch.Tensor:
+    """mask_exact_matches as it was before issue 20: the matches, draws and writes row by row on the device."""
+    group = doc_ids.shape[0] // query_ids.shape[0]
+    owner = query_ids.repeat_interleave(group, dim=0)
+    matches = (doc_ids.unsqueeze(2) == owner.unsqueeze(1)).any(dim=2) & ~torch.isin(doc_ids, torch.tensor(special_ids))
+    masked = doc_ids.clone()
+    for row in range(doc_ids.shape[0]):
+        positions = matches[row].nonzero().flatten()
+        exact = fraction * len(positions)
+        count = int(exact) + int(torch.rand((), generator=generator) < exact - int(exact))
+        if count:
+            masked[row, positions[torch.randperm(len(positions), generator=generator)[:count]]] = mask_id
+    return masked
+
+
+def test_masking_draws_and_masks_exactly_as_the_row_loop_it_replaced() -> None:
+    from retrieval_zoo.methods.masking import mask_exact_matches
+
+    torch.manual_seed(0)
+    query = torch.randint(1000, 1030, (8, 12))
+    docs = torch.randint(1000, 1060, (16, 40))
+    docs[3] = 0  # a document without matches
+    special = [0, 101, 102, 103]
+    new, old = torch.Generator().manual_seed(5), torch.Generator().manual_seed(5)
+    for fraction in (0.15, 0.5, 1.0, 0.15):
+        expected = masking_loop_reference(docs, query, fraction, 103, special, old)
+        assert torch.equal(mask_exact_matches(docs, query, fraction, 103, special, new), expected)
 
 
 def test_kl_distillation_in_both_directions_by_hand() -> None:

@@ -35,3 +35,19 @@ def test_inner_products_are_preserved_in_expectation() -> None:
     # Each column has unit norm, so a vector's squared norm is kept exactly in expectation and closely per draw.
     norms = [float(RademacherProjection(dim=512, seed=s).project([q])[0].norm() ** 2) for s in range(20)]
     assert np.mean(norms) == pytest.approx(1.5**2 + 2.0**2 + 0.7**2, rel=0.05)
+
+
+def test_keys_on_any_device_project_exactly_as_the_bags_of_words() -> None:
+    from retrieval_zoo.lexical.sparse_rows import SparseRows
+
+    projection = RademacherProjection(dim=96, seed=5)
+    terms = [f"t{i}" for i in range(500)] + ["python", "ü", ""]
+    keys = projection.term_keys(terms)
+    assert np.array_equal(projection.columns_torch(torch.from_numpy(keys)).numpy(), projection.columns(terms))
+    rng = np.random.default_rng(0)
+    bags = [{t: float(rng.uniform(0.1, 3)) for t in rng.choice(terms, rng.integers(0, 30), replace=False)}
+            for _ in range(40)]  # fmt: skip
+    rows = SparseRows(bags, dict(zip(terms, keys.tolist(), strict=True)))
+    picked = [7, 0, 39, 7]
+    expected = projection.project([bags[i] for i in picked])
+    assert torch.equal(projection.project_keys(rows.gather(torch.tensor(picked))), expected)  # the very same floats

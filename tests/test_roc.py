@@ -126,3 +126,21 @@ def test_roc_trains_and_evaluates_with_its_complementarity(tiny_dir, tmp_path) -
     assert results["complementarity"]["U"] == 30 and (out / "roc.dev.png").exists()
     logged = (out / "csv" / "metrics.csv").read_text().splitlines()[0].split(",")
     assert {"train/loss/nll", "train/loss/ortho", "train/orthogonality"} <= set(logged)
+
+
+def test_a_batch_with_bm25_vectors_as_tensors_trains_exactly_as_with_dicts(tiny, tiny_bm25) -> None:
+    from retrieval_zoo.lexical.sparse_rows import SparseBatch
+    from retrieval_zoo.training.datamodule import TriplesDataModule
+
+    model = RoC(tiny_encoder(pooling="cls"), mask_fraction=0.0).eval()
+    settings = {"batch_size": 8, "needs": model.needs, "epochs": 1, "tokenizer": model.text_tokenizer()}
+    tensors = TriplesDataModule(tiny, tiny_bm25, term_keys=model.term_keys(), **settings)
+    dicts = TriplesDataModule(tiny, tiny_bm25, **settings)
+    tensors.setup(), dicts.setup()
+    items = [(q, tensors.sampling.group(q, 0)) for q in tensors.train_qids[:4]]
+    fast, slow = tensors.collate(items), dicts.collate(items)
+    assert isinstance(fast.bm25_doc_vectors, SparseBatch) and isinstance(slow.bm25_doc_vectors, list)
+    assert torch.equal(model.lexical(fast.bm25_doc_vectors), model.lexical(slow.bm25_doc_vectors))
+    assert torch.equal(model.lexical(fast.bm25_query_vectors), model.lexical(slow.bm25_query_vectors))
+    with torch.no_grad():
+        assert model.losses(fast)[0]["ortho"] == model.losses(slow)[0]["ortho"]  # the very same loss

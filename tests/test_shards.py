@@ -111,3 +111,22 @@ def test_a_damaged_shard_or_manifest_is_encoded_again_or_named(tmp_path) -> None
     (tmp_path / "manifest.json").write_text('{"documents": 5, "sha')
     with pytest.raises(ValueError, match=r"manifest.json: damaged .*delete the folder"):
         CorpusShards(DOCIDS, 2, tmp_path)
+
+
+def test_predict_steps_receive_tensors_and_encode_cached_tokens(tiny, tiny_bm25, tmp_path, monkeypatch) -> None:
+    """Corpus encoding by predict: each step gets a shard number as a tensor, and the encoder gets tokens, not texts."""
+    from retrieval_zoo.corpus_encoding import ShardEncoding
+    from retrieval_zoo.encoder import Encoder
+
+    steps, handed = [], []
+    predict_step, tokenize = ShardEncoding.predict_step, Encoder.tokenize
+    monkeypatch.setattr(
+        ShardEncoding, "predict_step", lambda self, shard: steps.append(shard) or predict_step(self, shard)
+    )
+    monkeypatch.setattr(
+        Encoder, "tokenize", lambda self, texts, side: handed.append(texts) or tokenize(self, texts, side)
+    )
+    model = DenseBiEncoder(tiny_encoder(batch_size=64)).eval()
+    encode_corpus(model, Faiss(), tiny, tiny_bm25, CPU_TRAINER, shard_size=150, cache_dir=tmp_path)
+    assert len(steps) == 3 and all(isinstance(s, torch.Tensor) and s.dtype == torch.long for s in steps)
+    assert handed and all(type(texts).__name__ == "Tokens" for texts in handed)

@@ -92,7 +92,7 @@ def test_in_batch_distillation_is_kl_over_every_document_of_the_batch() -> None:
     b, matrix = batch(), torch.tensor([[3.0, 0.0, 1.0, -1.0], [0.5, 0.0, 2.0, 1.0]])
     teacher = FixedTeacher(matrix)
     model = DeLADE(tiny_encoder(mlm_head=True), cls_dim=8, kd_weight=0.5, teacher=teacher).eval()
-    assert model.needs == frozenset() and "teacher" not in dict(model.named_modules())
+    assert model.needs == frozenset({"texts"}) and "teacher" not in dict(model.named_modules())  # its own tokenizer
     losses, diagnostics = model.losses(b)
     q, d = model.encode_query(b.queries), model.encode_doc(b.docs)
     # KL(p_t ‖ p_s) over the 4 documents of the batch, p = softmax of each query's row (Eq. 17's candidates).

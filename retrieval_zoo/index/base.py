@@ -74,9 +74,12 @@ class Index:
         raise NotImplementedError
 
     def doc_encoder(self, method: Any, collection: Collection, bm25: BM25) -> ShardEncoder:
-        """Document ids → :meth:`corpus_payload` of their texts: how a shard of ``collection`` is encoded."""
-        corpus = collection.corpus
-        return lambda ids: self.corpus_payload(method, [corpus[d] for d in ids])
+        """Document ids → :meth:`corpus_payload` of their texts: how a shard of ``collection`` is encoded.
+
+        The texts come as the method's cached tokens when it has a tokenizer (``method.corpus_texts``).
+        """
+        texts = method.corpus_texts(collection)
+        return lambda ids: self.corpus_payload(method, texts(ids))
 
     def corpus_shards(
         self, method: Any, collection: Collection, bm25: BM25, shards: CorpusShards | None

@@ -21,10 +21,11 @@ from typing import Any, ClassVar
 import torch
 from tqdm import tqdm
 
-from retrieval_zoo.batching import length_sorted_batches
+from retrieval_zoo.batching import Texts, length_sorted_batches, take
 from retrieval_zoo.data.collections import Collection
 from retrieval_zoo.data.formats import Run
 from retrieval_zoo.index.base import Index
+from retrieval_zoo.index.gip import default_device
 from retrieval_zoo.index.shards import CorpusShards, Payload, merge_topk
 from retrieval_zoo.lexical.bm25 import BM25
 from retrieval_zoo.lexical.csf import CsfBags, Postings, max_sum_scores
@@ -42,17 +43,17 @@ def prune_lowest(weight: torch.Tensor, fraction: float) -> torch.Tensor:
     return keep
 
 
-def encode_bags_payload(encode: BagEncoder, texts: list[str], batch_size: int) -> Payload:
+def encode_bags_payload(encode: BagEncoder, texts: Texts, batch_size: int) -> Payload:
     """A shard's bags of CSFs as named tensors: each CSF's ``text`` is its row in ``texts``; ``tokens`` per text."""
     parts: list[CsfBags] = []
     tokens = torch.zeros(len(texts))
     with torch.inference_mode():
         for batch in tqdm(length_sorted_batches(texts, batch_size), desc="encode CSFs", unit="batch", leave=False,
                           mininterval=5):  # fmt: skip
-            bags = encode([texts[i] for i in batch])
+            bags = encode(take(texts, batch))
             rows = torch.tensor(batch)
             tokens[rows] = bags.tokens.float().cpu()
-            parts.append(_to_cpu(bags, doc_index=rows))
+            parts.append(_to(bags, torch.device("cpu"), doc_index=rows))
     bags = _concatenate(parts, len(texts))
     payload = {name: getattr(bags, name) for name in PAYLOAD_FIELDS if getattr(bags, name) is not None}
     return payload | {"tokens": tokens, "length": torch.tensor(bags.length)}
@@ -74,6 +75,8 @@ class CsfRetriever:
         prune_threshold: Postings with a weight below it are not indexed (1e-8 in the paper; 0 keeps every CSF).
         prune_fraction: α, the lowest-weight share of the remaining postings (of the whole corpus) removed.
         query_batch_size: Queries scored at a time.
+        device: Where the lists live and are scored (default: the GPU when present), with the same tensor ops on
+            either, in float32.
     """
 
     def __init__(
@@ -84,8 +87,10 @@ class CsfRetriever:
         prune_threshold: float = 1e-8,
         prune_fraction: float = 0.0,
         query_batch_size: int = 8,
+        device: torch.device | str | None = None,
     ) -> None:
         self.encode_query, self.docids, self.query_batch_size = encode_query, shards.docids, query_batch_size
+        self.device = torch.device(device) if device is not None else default_device()
         started = time.perf_counter()
         bags, tokens = [], []
         for _, payload in shards:
@@ -98,7 +103,7 @@ class CsfRetriever:
         for shard_bags, shard_keep, docids in zip(bags, keep, (ids for ids, _ in shards), strict=True):
             postings = Postings.build(shard_bags.select(shard_keep), vocab_size)
             postings.doc, postings.source = postings.doc.int(), postings.source.short()
-            self.shards.append((postings, docids))
+            self.shards.append((postings.to(self.device), docids))
         self.index_seconds = time.perf_counter() - started
         self.doc_tokens = torch.cat(tokens).mean().item()
         self._query_forms = torch.zeros(vocab_size)
@@ -127,7 +132,7 @@ class CsfRetriever:
         with torch.inference_mode():
             for first in range(0, len(qids), self.query_batch_size):
                 batch = qids[first : first + self.query_batch_size]
-                bags = _to_cpu(self.encode_query([queries[q] for q in batch]))
+                bags = _to(self.encode_query([queries[q] for q in batch]), self.device)
                 found = [self._search_shard(bags, batch, postings, docids, k) for postings, docids in self.shards]
                 run |= merge_topk((shard_run for shard_run, _ in found), k)
                 self._count(bags, sum(pairs for _, pairs in found))
@@ -138,18 +143,19 @@ class CsfRetriever:
     def _search_shard(bags: CsfBags, qids: list[str], postings: Postings, docids: list[str], k: int) -> tuple[Run, int]:
         """The top ``k`` of one shard for a batch of query bags (documents scoring 0 left out), and the pairs scored."""
         scores, columns, pairs = max_sum_scores(bags, postings)
-        top = scores.topk(min(k, scores.shape[1]), dim=1) if scores.shape[1] else None
-        run = {}
-        for row, qid in enumerate(qids):
-            hits = [] if top is None else zip(top.values[row].tolist(), top.indices[row].tolist(), strict=True)
-            run[qid] = {docids[columns[c]]: s for s, c in hits if s > 0}
+        if not scores.shape[1]:
+            return {qid: {} for qid in qids}, pairs
+        top = scores.topk(min(k, scores.shape[1]), dim=1)
+        values, found = top.values.cpu().tolist(), columns[top.indices].cpu().tolist()  # one transfer a batch
+        run = {qid: {docids[c]: s for s, c in zip(values[row], found[row], strict=True) if s > 0}
+               for row, qid in enumerate(qids)}  # fmt: skip
         return run, pairs
 
     def _count(self, bags: CsfBags, pairs: int) -> None:
         self._queries += bags.num_texts
         self._query_csfs += len(bags.weight)
         self._query_tokens += bags.tokens.sum().item()
-        self._query_forms += torch.bincount(bags.surface, minlength=len(self._query_forms)).float()
+        self._query_forms += torch.bincount(bags.surface.cpu(), minlength=len(self._query_forms)).float()
         self._pairs += pairs
 
     def efficiency(self) -> dict[str, float]:
@@ -206,12 +212,12 @@ class InvertedLists(Index):
                             self.query_batch_size)  # fmt: skip
 
 
-def _to_cpu(bags: CsfBags, doc_index: torch.Tensor | None = None) -> CsfBags:
-    """``bags`` on the CPU in float32; with ``doc_index``, its texts renumbered to those corpus rows."""
-    text = bags.text.cpu() if doc_index is None else doc_index[bags.text.cpu()]
-    vector = None if bags.vector is None else bags.vector.float().cpu()
-    return CsfBags(text, bags.surface.cpu(), bags.source.cpu(), bags.weight.float().cpu(), vector,
-                   bags.original.cpu(), bags.num_texts, bags.length, bags.tokens.cpu())  # fmt: skip
+def _to(bags: CsfBags, device: torch.device, doc_index: torch.Tensor | None = None) -> CsfBags:
+    """``bags`` on ``device`` in float32; with ``doc_index`` (on the CPU), its texts renumbered to those corpus rows."""
+    text = bags.text.to(device) if doc_index is None else doc_index[bags.text.cpu()].to(device)
+    vector = None if bags.vector is None else bags.vector.to(device, torch.float32)
+    return CsfBags(text, bags.surface.to(device), bags.source.to(device), bags.weight.to(device, torch.float32),
+                   vector, bags.original.to(device), bags.num_texts, bags.length, bags.tokens.cpu())  # fmt: skip
 
 
 def _concatenate(parts: list[CsfBags], num_texts: int) -> CsfBags:

@@ -153,6 +153,11 @@ class Postings:
         """(V,) entries per surface form."""
         return self.ptr[1:] - self.ptr[:-1]
 
+    def to(self, device: torch.device) -> Postings:
+        """The same lists on ``device``."""
+        lists = (self.ptr, self.doc, self.source, self.weight, self.vector)
+        return Postings(*(None if t is None else t.to(device) for t in lists))
+
 
 def max_sum_scores(
     query: CsfBags, postings: Postings, num_docs: int | None = None

@@ -4,10 +4,10 @@ ds_BoW[v] = max_i w_i · softmax(logit_i)[v], over the text's real tokens i exce
 logits of token i (Eq. 19) and w_i = h_i·W + b a linear term weight (no activation, as in the reference code).
 The vectors are dense: every vocabulary id gets a weight, which densification (Eq. 4–8) then compresses.
 
-:func:`delade_vectors` computes Eq. 23 without materialising the (B, L, V) softmax: for w_i > 0,
-w_i·softmax(z_i)[v] = exp(z_iv + log w_i − logsumexp(z_i)), and exp is increasing, so the max over tokens moves
-inside it. When no token of a text has w_i > 0 every value is ≤ 0 and the max is −exp(min_i(z_iv + log|w_i| − lse_i)).
-:func:`delade_vectors_naive` is the literal formula; a test holds the two equal.
+:func:`delade_vectors` computes Eq. 23 with a hand-written backward, so autograd keeps none of the softmax's
+(B, L, V) intermediates: the forward builds the candidates w_i·softmax(z_i)[v] in one tensor, reduces them by a max
+over positions (no Python loop over tokens) and frees them; the backward recomputes the softmax from the saved
+logits. :func:`delade_vectors_naive` is the literal formula; a test holds the two equal.
 """
 
 from __future__ import annotations
@@ -28,20 +28,17 @@ class _WeightedSoftmaxMax(torch.autograd.Function):
 
     With p = softmax(z_i), i*(v) the winning position of v and out_v = w_{i*} p_{i* v}:
     ∂L/∂z_iu = [i*(u) = i]·g_u·out_u − p_iu·S_i and ∂L/∂w_i = Σ_{v: i*(v) = i} g_v·p_iv, where
-    S_i = Σ_{v: i*(v) = i} g_v·out_v. The forward keeps a running max over positions, so neither pass builds more
-    than one (B, L, V) tensor (the backward's gradient itself).
+    S_i = Σ_{v: i*(v) = i} g_v·out_v. Each pass builds one (B, L, V) tensor besides its input (the forward's
+    candidates, freed once reduced; the backward's gradient itself), with no loop over positions.
     """
 
     @staticmethod
     def forward(ctx, z: torch.Tensor, weights: torch.Tensor, real: torch.Tensor) -> torch.Tensor:  # noqa: ANN001
         log_normaliser = torch.logsumexp(z, dim=-1)  # (B, L)
-        best = torch.full(z.shape[::2], float("-inf"), dtype=z.dtype, device=z.device)  # (B, V)
-        winner = torch.zeros(best.shape, dtype=torch.long, device=z.device)
-        for i in range(z.shape[1]):
-            candidate = weights[:, i : i + 1] * torch.exp(z[:, i] - log_normaliser[:, i : i + 1])
-            candidate = candidate.masked_fill(~real[:, i : i + 1], float("-inf"))
-            better = candidate > best
-            best, winner = torch.where(better, candidate, best), torch.where(better, i, winner)
+        candidates = torch.sub(z, log_normaliser.unsqueeze(-1)).exp_().mul_(weights.unsqueeze(-1))  # w_i·p_iv
+        candidates.masked_fill_(~real.unsqueeze(-1), float("-inf"))
+        best, winner = candidates.max(dim=1)  # (B, V): ties go to the first position, as a running max's would
+        del candidates
         ctx.save_for_backward(z, weights, log_normaliser, winner, best)
         return best
 

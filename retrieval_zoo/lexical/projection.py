@@ -15,6 +15,8 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 import torch
 
+from retrieval_zoo.lexical.sparse_rows import SparseBatch
+
 _MASK64 = np.uint64(0xFFFFFFFFFFFFFFFF)
 
 
@@ -25,6 +27,24 @@ def _splitmix64(x: np.ndarray) -> np.ndarray:
         x = ((x ^ (x >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)) & _MASK64
         x = ((x ^ (x >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)) & _MASK64
         return x ^ (x >> np.uint64(31))
+
+
+def _as_int64(value: int) -> int:
+    """A uint64 constant as the int64 with the same bits."""
+    return value - (1 << 64) if value >= 1 << 63 else value
+
+
+def _shift_right(x: torch.Tensor, bits: int) -> torch.Tensor:
+    """Logical right shift of int64 bit patterns (torch's ``>>`` is arithmetic)."""
+    return (x >> bits) & ((1 << (64 - bits)) - 1)
+
+
+def _splitmix64_torch(x: torch.Tensor) -> torch.Tensor:
+    """:func:`_splitmix64` on int64 tensors holding uint64 bits, on any device (multiplication wraps mod 2^64)."""
+    x = x + _as_int64(0x9E3779B97F4A7C15)
+    x = (x ^ _shift_right(x, 30)) * _as_int64(0xBF58476D1CE4E5B9)
+    x = (x ^ _shift_right(x, 27)) * _as_int64(0x94D049BB133111EB)
+    return x ^ _shift_right(x, 31)
 
 
 class RademacherProjection:
@@ -54,6 +74,27 @@ class RademacherProjection:
         mixed = _splitmix64(keys[:, None] ^ _splitmix64(np.arange(self.dim, dtype=np.uint64))[None, :])
         signs = np.where((mixed >> np.uint64(63)) == 1, 1.0, -1.0).astype(np.float32)
         return signs / np.float32(np.sqrt(self.dim))
+
+    def term_keys(self, terms: Sequence[str]) -> np.ndarray:
+        """Each term's key (its keyed hash, as int64 bits): what :meth:`project_keys` derives A's columns from."""
+        return self._term_keys(terms).view(np.int64) if terms else np.zeros(0, dtype=np.int64)
+
+    def columns_torch(self, keys: torch.Tensor) -> torch.Tensor:
+        """A's columns for (T,) int64 term keys, on their device: (T, k) float32, equal to :meth:`columns`."""
+        dims = _splitmix64_torch(torch.arange(self.dim, dtype=torch.int64, device=keys.device))
+        mixed = _splitmix64_torch(keys[:, None] ^ dims[None, :])
+        scale = torch.tensor(np.float32(np.sqrt(self.dim)), device=keys.device)
+        return torch.where(mixed < 0, 1.0, -1.0) / scale  # the top bit set: +1, as :meth:`columns`
+
+    def project_keys(self, bags: SparseBatch) -> torch.Tensor:
+        """A·v for bags whose columns are term keys (:meth:`term_keys`), with tensor ops on their device: (n, k).
+
+        Equal to :meth:`project` on the same bags in the same order: the same columns, products and sums.
+        """
+        unique, inverse = torch.unique(bags.columns, return_inverse=True)
+        basis = self.columns_torch(unique)[inverse]  # (nnz, k)
+        out = torch.zeros(bags.count, self.dim, device=bags.weights.device)
+        return out.index_add_(0, bags.rows, basis * bags.weights[:, None])
 
     def project(self, vectors: Sequence[Mapping[str, float]]) -> torch.Tensor:
         """A·v for each bag of words v (term → weight): (N,) → (N, k) float32."""

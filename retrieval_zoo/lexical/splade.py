@@ -91,15 +91,17 @@ class _PooledProjection(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad: torch.Tensor, _: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, None, None]:  # noqa: ANN001
         x, weight, argmax = ctx.saved_tensors
-        grad_x, grad_weight = torch.zeros_like(x), torch.zeros_like(weight)
+        # summed in float32 whatever autocast made of x and the maxima (bf16 on a CPU), then given their dtypes
+        grad_x = torch.zeros(x.shape, dtype=torch.float32, device=x.device)
+        grad_weight = torch.zeros(weight.shape, dtype=torch.float32, device=weight.device)
         text, term = grad.nonzero(as_tuple=True)
         step = 1 << 18  # (text, id) pairs at a time: bounded memory however dense the incoming gradient
         for first in range(0, len(text), step):
             t, v = text[first : first + step], term[first : first + step]
-            g, position = grad[t, v].unsqueeze(1), argmax[t, v]
-            add_rows(grad_x.view(-1, x.shape[-1]), t * x.shape[1] + position, g * weight[v])  # rows repeat
-            add_rows(grad_weight, v, g * x[t, position])
-        return grad_x, grad_weight, None, None
+            g, position = grad[t, v].unsqueeze(1).float(), argmax[t, v]
+            add_rows(grad_x.view(-1, x.shape[-1]), t * x.shape[1] + position, g * weight[v].float())  # rows repeat
+            add_rows(grad_weight, v, g * x[t, position].float())
+        return grad_x.to(x.dtype), grad_weight.to(weight.dtype), None, None
 
 
 def splade_vectors(

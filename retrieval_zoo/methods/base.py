@@ -10,14 +10,20 @@ selected on retrieval quality.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from typing import ClassVar
 
 import lightning as L
+import numpy as np
 import torch
 
+from retrieval_zoo.batching import Texts
+from retrieval_zoo.cache import fingerprint
+from retrieval_zoo.data.collections import Collection
 from retrieval_zoo.encoder import Encoder
 from retrieval_zoo.loggers import log_histogram
 from retrieval_zoo.resume import RNG_KEY, RandomState
+from retrieval_zoo.tokens import CachedTexts, TextTokenizer, TokenCache
 from retrieval_zoo.training.datamodule import TrainBatch
 
 QUANTILES = (0.1, 0.5, 0.9)
@@ -98,6 +104,35 @@ class RetrievalMethod(L.LightningModule):
     def losses(self, batch: TrainBatch) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]:
         """Named losses to sum, and named diagnostics to log, for one batch."""
         raise NotImplementedError
+
+    def text_tokenizer(self) -> TextTokenizer | None:
+        """What the DataLoader tokenizes training batches with (the encoder's), or None for a method without one."""
+        return self.encoder.text_tokenizer() if self.encoder is not None else None
+
+    def term_keys(self) -> Callable[[list[str]], np.ndarray] | None:
+        """Terms → keys under which the DataModule stores BM25 vectors as tensors (RoC's projection), or None."""
+        return None
+
+    def corpus_texts(self, collection: Collection) -> Callable[[list[str]], Texts]:
+        """Document ids → what encoding reads of them: their cached tokens, or texts for a method without a tokenizer.
+
+        The corpus is tokenized once (:class:`~retrieval_zoo.tokens.TokenCache`, shared with training's batches).
+        """
+        corpus, tokenizer = collection.corpus, self.text_tokenizer()
+        if tokenizer is None:
+            return lambda ids: [corpus[d] for d in ids]
+        cache = TokenCache.build(corpus, tokenizer, "doc", collection.corpus_fingerprint)
+        return lambda ids: CachedTexts(cache, ids)
+
+    def cache_queries(self, queries: Mapping[str, str]) -> None:
+        """Tokenize a query set (id → text) once for every encoder of the method, which then reads their tokens.
+
+        Evaluation and validation call it before they search, so query encoding reads a token cache as training does.
+        """
+        content = fingerprint(sorted(queries.items()))
+        for module in self.modules():
+            if isinstance(module, Encoder):
+                module.cache_texts(queries, "query", content)
 
     def encoding_settings(self) -> dict:
         """What besides the weights changes the method's encoding of a corpus (hashed into its cache key)."""

@@ -56,8 +56,8 @@ class CLEAR(DenseBiEncoder):
     def losses(self, batch: TrainBatch) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]:
         """Residual-margin hinge (Eq. 6–7) over each query's (positive, negative) pairs, plus margin diagnostics."""
         size, group = len(batch.qids), len(batch.docids[0])
-        q = self.encode_query(batch.queries)
-        d = self.encode_doc(batch.docs).view(size, group, -1)
+        q = self.encode_query(batch.query_input)
+        d = self.encode_doc(batch.doc_input).view(size, group, -1)
         emb = torch.einsum("bh,bgh->bg", q, d)  # s_emb (Eq. 4) of each query with its own group
         lex = batch.bm25_scores.to(emb.dtype)
         margin = residual_margin(lex[:, 0], lex[:, 1:], self.xi, self.lambda_train, self.margin_normalization)

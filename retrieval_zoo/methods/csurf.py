@@ -32,6 +32,7 @@ from retrieval_zoo.losses import (
 )
 from retrieval_zoo.methods.base import Optim, RetrievalMethod
 from retrieval_zoo.rows import take_rows
+from retrieval_zoo.tokens import Tokens
 from retrieval_zoo.training.datamodule import TrainBatch
 
 SIMILARITIES = ("cosine", "dot")
@@ -111,12 +112,12 @@ class CSurF(RetrievalMethod):
             vectors = F.normalize(vectors, dim=-1) if self.similarity == "cosine" else vectors
         return csf_bags(expansion, sources, self_weights, ids, source_mask, vectors, self.bags), expansion
 
-    def encode_query(self, texts: list[str]) -> CsfBags:
-        """(B,) texts → their bags of CSFs."""
+    def encode_query(self, texts: list[str] | Tokens) -> CsfBags:
+        """(B,) texts, or their tokens → their bags of CSFs."""
         return self.encode_bags(*self.encoder.tokenize(texts, "query"))[0]
 
-    def encode_doc(self, texts: list[str]) -> CsfBags:
-        """(N,) texts → their bags of CSFs."""
+    def encode_doc(self, texts: list[str] | Tokens) -> CsfBags:
+        """(N,) texts, or their tokens → their bags of CSFs."""
         return self.encode_bags(*self.encoder.tokenize(texts, "doc"))[0]
 
     def score(self, queries: CsfBags, docs: CsfBags) -> torch.Tensor:
@@ -130,8 +131,8 @@ class CSurF(RetrievalMethod):
         Under DDP the in-batch negatives are the global batch's documents (``gather_across_devices``) and FLOPS
         takes the mean weights of the global batch, so every rank's loss is its share of the single-device loss.
         """
-        q, q_weights = self.encode_bags(*self.encoder.tokenize(batch.queries, "query"))
-        d, d_weights = self.encode_bags(*self.encoder.tokenize(batch.docs, "doc"))
+        q, q_weights = self.encode_bags(*self.encoder.tokenize(batch.query_input, "query"))
+        d, d_weights = self.encode_bags(*self.encoder.tokenize(batch.doc_input, "doc"))
         gather = self.in_batch_negatives and self.gather_across_devices
         candidates, first = gather_bags(d) if gather else (d, 0)
         scores = self.score(q, candidates)  # (B, N): N documents of the batch (of the global batch when gathered)

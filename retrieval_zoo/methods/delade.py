@@ -27,6 +27,7 @@ from retrieval_zoo.losses import kl_distillation
 from retrieval_zoo.methods.base import Optim
 from retrieval_zoo.methods.dense import DenseBiEncoder
 from retrieval_zoo.teachers import Teacher
+from retrieval_zoo.tokens import Tokens
 from retrieval_zoo.training.datamodule import TrainBatch
 
 
@@ -83,7 +84,9 @@ class DeLADE(DenseBiEncoder):
         if teacher is not None and not distils:
             raise ValueError("method.teacher is set but every KD weight is 0: set method.kd_weight > 0")
         self.__dict__["teacher"] = teacher  # frozen and not a submodule: neither trained nor saved with the student
-        self.needs = frozenset({"teacher_scores"}) if distils and teacher is None else frozenset()
+        self.needs = frozenset({"teacher_scores"} if distils and teacher is None else set())
+        if teacher is not None:  # the teacher reads the texts with its own tokenizer
+            self.needs = frozenset({"texts"})
         if freeze_word_embeddings:
             encoder.model.get_input_embeddings().weight.requires_grad_(False)
 
@@ -99,17 +102,17 @@ class DeLADE(DenseBiEncoder):
         lexical, cls = self.encode_parts(ids, mask)
         return lexical if cls is None else torch.cat([lexical, math.sqrt(self.lambda_cls) * cls], dim=1)
 
-    def encode_query(self, texts: list[str]) -> torch.Tensor:
-        """(B,) texts → (B, |V| + cls_dim) fused query vectors."""
+    def encode_query(self, texts: list[str] | Tokens) -> torch.Tensor:
+        """(B,) texts, or their tokens → (B, |V| + cls_dim) fused query vectors."""
         return self.fused(*self.encoder.tokenize(texts, "query"))
 
-    def encode_doc(self, texts: list[str]) -> torch.Tensor:
-        """(N,) texts → (N, |V| + cls_dim) fused document vectors."""
+    def encode_doc(self, texts: list[str] | Tokens) -> torch.Tensor:
+        """(N,) texts, or their tokens → (N, |V| + cls_dim) fused document vectors."""
         return self.fused(*self.encoder.tokenize(texts, "doc"))
 
     def losses(self, batch: TrainBatch) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]:
         """NLL of Eq. 17 on the exact fused score, plus the weighted KL terms when distilling."""
-        q, d = self.encode_query(batch.queries), self.encode_doc(batch.docs)
+        q, d = self.encode_query(batch.query_input), self.encode_doc(batch.doc_input)
         nll, accuracy = self.listwise_nll(q, d, batch)
         losses, split = {"nll": nll}, self.vocab_size
         student, teacher = self.distillation_scores(q, d, batch)
@@ -174,17 +177,18 @@ class DeLADE(DenseBiEncoder):
 
     def term_encoder(self, collection: Collection, bm25: BM25) -> TermEncoder:
         """ds_BoW (Eq. 23) and the projected [CLS] of queries and of the collection's documents, for GIP or sparse."""
-        corpus = collection.corpus
 
         def encode_queries(texts: list[str]) -> tuple[torch.Tensor, torch.Tensor | None]:
             return self.encode_parts(*self.encoder.tokenize(texts, "query"))
 
-        def parts(batch: list[str]) -> dict[str, torch.Tensor | None]:
+        def parts(batch: list[str] | Tokens) -> dict[str, torch.Tensor | None]:
             lexical, cls = self.encode_parts(*self.encoder.tokenize(batch, "doc"))
             return {"lexical": lexical, "cls": cls}
 
+        texts = self.corpus_texts(collection)  # the corpus's cached tokens
+
         def encode_docs(docids: list[str]) -> dict[str, torch.Tensor]:
-            return encode_payload(parts, [corpus[d] for d in docids], self.encode_batch_size, "docs")
+            return encode_payload(parts, texts(docids), self.encode_batch_size, "docs")
 
         terms = self.encoder.tokenizer.convert_ids_to_tokens
         return TermEncoder(encode_queries, encode_docs, self.vocab_size, BERT_DISCARD, terms, self.lambda_cls,

@@ -17,6 +17,7 @@ from retrieval_zoo.distributed import gather_rows
 from retrieval_zoo.encoder import Encoder
 from retrieval_zoo.losses import contrastive_nll
 from retrieval_zoo.methods.base import Optim, RetrievalMethod
+from retrieval_zoo.tokens import Tokens
 from retrieval_zoo.training.datamodule import TrainBatch
 
 
@@ -48,12 +49,12 @@ class DenseBiEncoder(RetrievalMethod):
         self.in_batch_negatives, self.gather_across_devices = in_batch_negatives, gather_across_devices
         self.temperature = temperature
 
-    def encode_query(self, texts: list[str]) -> torch.Tensor:
-        """(B,) texts → (B, H) query vectors."""
+    def encode_query(self, texts: list[str] | Tokens) -> torch.Tensor:
+        """(B,) texts, or their tokens → (B, H) query vectors."""
         return self.encoder.encode(texts, "query")
 
-    def encode_doc(self, texts: list[str]) -> torch.Tensor:
-        """(N,) texts → (N, H) document vectors."""
+    def encode_doc(self, texts: list[str] | Tokens) -> torch.Tensor:
+        """(N,) texts, or their tokens → (N, H) document vectors."""
         return self.encoder.encode(texts, "doc")
 
     def score(self, queries: torch.Tensor, docs: torch.Tensor) -> torch.Tensor:
@@ -62,7 +63,7 @@ class DenseBiEncoder(RetrievalMethod):
 
     def losses(self, batch: TrainBatch) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]:
         """Listwise NLL over the group (and the batch, with in-batch negatives)."""
-        nll, accuracy = self.listwise_nll(self.encode_query(batch.queries), self.encode_doc(batch.docs), batch)
+        nll, accuracy = self.listwise_nll(self.encode_query(batch.query_input), self.encode_doc(batch.doc_input), batch)
         return {"nll": nll}, {"accuracy": accuracy}
 
     def listwise_nll(self, q: torch.Tensor, d: torch.Tensor, batch: TrainBatch) -> tuple[torch.Tensor, torch.Tensor]:

@@ -14,26 +14,40 @@ from typing import ClassVar
 
 import torch
 
-from retrieval_zoo.batching import encode_payload
+from retrieval_zoo.batching import encode_payload, read
 from retrieval_zoo.data.collections import Collection
 from retrieval_zoo.encoder import Encoder
 from retrieval_zoo.index.shards import Payload
 from retrieval_zoo.index.terms import BERT_DISCARD, TermEncoder
 from retrieval_zoo.lexical.bm25 import BM25
+from retrieval_zoo.lexical.sparse_rows import SparseRows
 from retrieval_zoo.lexical.splade import splade_vectors
 from retrieval_zoo.methods.base import RetrievalMethod
+from retrieval_zoo.tokens import Tokens
 
 LEXICAL = ("bm25", "splade")
 
 
+class TermBags(SparseRows):
+    """Bags of words over a fixed vocabulary as CSR rows, gathered into matrices with tensor ops (no Python loop).
+
+    Args:
+        bags: (n,) term → weight.
+        vocabulary: term → column; terms outside it match nothing.
+    """
+
+    def __init__(self, bags: list[dict[str, float]], vocabulary: dict[str, int]) -> None:
+        super().__init__(bags, vocabulary)
+        self.width = len(vocabulary)
+
+    def dense(self, rows: torch.Tensor) -> torch.Tensor:  # type: ignore[override]
+        """(m,) row numbers → (m, |vocabulary|) float32 matrix of those bags."""
+        return super().dense(rows, self.width)
+
+
 def bag_matrix(bags: list[dict[str, float]], vocabulary: dict[str, int]) -> torch.Tensor:
     """(n,) term → weight bags as an (n, |vocabulary|) matrix; terms outside the vocabulary match nothing."""
-    matrix = torch.zeros(len(bags), len(vocabulary))
-    for row, bag in enumerate(bags):
-        for term, weight in bag.items():
-            if term in vocabulary:
-                matrix[row, vocabulary[term]] = weight
-    return matrix
+    return TermBags(bags, vocabulary).dense(torch.arange(len(bags)))
 
 
 class DhrFusion(RetrievalMethod):
@@ -73,7 +87,7 @@ class DhrFusion(RetrievalMethod):
         """Texts per forward pass."""
         return self._batch_size
 
-    def _semantic(self, texts: list[str], query: bool) -> torch.Tensor | None:
+    def _semantic(self, texts: list[str] | Tokens, query: bool) -> torch.Tensor | None:
         if self.dense is None:
             return None
         return (self.dense.encode_query if query else self.dense.encode_doc)(texts)
@@ -83,17 +97,21 @@ class DhrFusion(RetrievalMethod):
 
         Nothing is trained, so the indexes encode the corpus on demand, one shard at a time, from document ids.
         """
-        corpus = collection.corpus
+        corpus = collection.corpus  # the encoders read the corpus's cached tokens (corpus_texts)
+        splade_texts = self.corpus_texts(collection) if self.encoder is not None else None
+        dense_texts = self.dense.corpus_texts(collection) if self.dense is not None else None
         if self.lexical == "bm25":
             docids = list(corpus)
-            bags = dict(zip(docids, bm25.document_term_weights(docids, saturation_only=True), strict=True))
-            vocabulary = {term: i for i, term in enumerate(sorted(set().union(*bags.values())))}
+            saturation = bm25.document_term_weights(docids, saturation_only=True)
+            vocabulary = {term: i for i, term in enumerate(sorted(set().union(*saturation)))}
+            doc_bags, row_of = TermBags(saturation, vocabulary), {d: i for i, d in enumerate(docids)}
+            del saturation
 
             def lexical_queries(texts: list[str]) -> torch.Tensor:
                 return bag_matrix(bm25.query_idf(texts), vocabulary)
 
             def lexical_docs(ids: list[str]) -> torch.Tensor:
-                return bag_matrix([bags[d] for d in ids], vocabulary)
+                return doc_bags.dense(torch.tensor([row_of[d] for d in ids], dtype=torch.long))
 
             vocab_size, discard, words = len(vocabulary), 0, list(vocabulary)
             terms = lambda ids: [words[i] for i in ids]  # noqa: E731
@@ -103,16 +121,19 @@ class DhrFusion(RetrievalMethod):
                 return splade_vectors(self.encoder.model, *self.encoder.tokenize(texts, "query"))
 
             def lexical_docs(ids: list[str]) -> torch.Tensor:
-                return splade_vectors(self.encoder.model, *self.encoder.tokenize([corpus[d] for d in ids], "doc"))
+                return splade_vectors(self.encoder.model, *self.encoder.tokenize(read(splade_texts(ids)), "doc"))
 
             vocab_size, discard = self.encoder.vocab_size, BERT_DISCARD
             terms = self.encoder.tokenizer.convert_ids_to_tokens
 
         def encode_docs(ids: list[str]) -> dict[str, torch.Tensor | None]:
-            return {"lexical": lexical_docs(ids), "cls": self._semantic([corpus[d] for d in ids], query=False)}
+            semantic = self._semantic(read(dense_texts(ids)), query=False) if dense_texts else None
+            return {"lexical": lexical_docs(ids), "cls": semantic}
 
-        def encode_shard(ids: list[str]) -> Payload:
-            return encode_payload(encode_docs, ids, self.encode_batch_size, "docs")
+        def encode_shard(ids: list[str]) -> Payload:  # batches by the texts' length in tokens, not the ids'
+            tokenized = splade_texts or dense_texts
+            lengths = tokenized(ids).lengths if tokenized else [len(corpus[d]) for d in ids]
+            return encode_payload(encode_docs, ids, self.encode_batch_size, "docs", lengths)
 
         def encode_queries(texts: list[str]) -> tuple[torch.Tensor, torch.Tensor | None]:
             return lexical_queries(texts), self._semantic(texts, query=True)

@@ -19,6 +19,10 @@ def mask_exact_matches(
     replaced by [MASK]. Of its n positions, ⌊fraction·n⌋ are masked, plus one more with probability equal to the
     remainder, so the expected share is exactly ``fraction`` (the paper: 15%). Nothing else is touched.
 
+    The matches are found for the whole batch on its device and the masks written in one scatter; only the random
+    draws run row by row, on the CPU generator, in the order that has always drawn them (one ``rand`` and one
+    ``randperm`` a document), so a seed masks what it always masked.
+
     Args:
         doc_ids: (N, L) document input ids; document i belongs to query i // (N / B).
         query_ids: (B, Lq) query input ids.
@@ -37,13 +41,16 @@ def mask_exact_matches(
     owner = query_ids.repeat_interleave(group, dim=0)  # (N, Lq): each document's query
     matches = (doc_ids.unsqueeze(2) == owner.unsqueeze(1)).any(dim=2)  # (N, L)
     matches &= ~torch.isin(doc_ids, special)  # special ids match between query and document but never count
-    masked = doc_ids.clone()
-    for row in range(doc_ids.shape[0]):
-        positions = matches[row].nonzero().flatten()
-        exact = fraction * len(positions)
+    counts = matches.sum(dim=1).cpu()  # one transfer: the draws below run on the CPU generator, as they always have
+    positions = matches.nonzero()[:, 1].cpu().split(counts.tolist())
+    chosen_rows, chosen_columns = [], []
+    for row, (found, n) in enumerate(zip(positions, counts.tolist(), strict=True)):  # the draws, row by row
+        exact = fraction * n
         count = int(exact) + int(torch.rand((), generator=generator) < exact - int(exact))
         if count:
-            order = torch.randperm(len(positions), generator=generator)[:count]
-            chosen = positions[order.to(positions.device)]
-            masked[row, chosen] = mask_id
+            chosen_columns.append(found[torch.randperm(n, generator=generator)[:count]])
+            chosen_rows.append(torch.full((count,), row))
+    masked = doc_ids.clone()
+    if chosen_rows:  # one scatter on the device
+        masked[torch.cat(chosen_rows).to(doc_ids.device), torch.cat(chosen_columns).to(doc_ids.device)] = mask_id
     return masked

@@ -18,12 +18,15 @@ baselines do (Tables 3–4), and ``index=faiss`` searches the [CLS] part alone.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import ClassVar
 
+import numpy as np
 import torch
 
 from retrieval_zoo.encoder import Encoder
 from retrieval_zoo.lexical.projection import RademacherProjection
+from retrieval_zoo.lexical.sparse_rows import SparseBatch
 from retrieval_zoo.losses import orthogonality
 from retrieval_zoo.methods.base import Optim
 from retrieval_zoo.methods.dense import DenseBiEncoder
@@ -77,14 +80,24 @@ class RoC(DenseBiEncoder):
         """What Lucene's TF saturation is multiplied by to give Eq. 3's d_bm25: (k1 + 1), or 1 at Lucene's scale."""
         return k1 + 1.0 if self.lexical_scale == "paper" else 1.0
 
-    def lexical(self, vectors: list[dict[str, float]]) -> torch.Tensor:
-        """q_lex = A·q_bm25 or d_lex = A·d_bm25 (Eq. 3): (N,) bags of words → (N, H), no gradient."""
+    def term_keys(self) -> Callable[[list[str]], np.ndarray]:
+        """The projection's term keys: the DataModule stores the BM25 bags under them, as tensors."""
+        return self.projection.term_keys
+
+    def lexical(self, vectors: list[dict[str, float]] | SparseBatch) -> torch.Tensor:
+        """q_lex = A·q_bm25 or d_lex = A·d_bm25 (Eq. 3): (N,) bags of words → (N, H), no gradient.
+
+        Bags as tensors of term keys (a training batch's) are projected on their device with tensor ops; bags as
+        dicts, term by term on the CPU. Both give the same numbers.
+        """
+        if isinstance(vectors, SparseBatch):
+            return self.projection.project_keys(vectors)
         return self.projection.project(vectors).to(self.device)
 
     def losses(self, batch: TrainBatch) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]:
         """NLL of the positive (Eq. 7) plus the weighted orthogonality (Eq. 8–9) on the perturbed documents."""
-        query_ids, query_mask = self.encoder.tokenize(batch.queries, "query")
-        doc_ids, doc_mask = self.encoder.tokenize(batch.docs, "doc")
+        query_ids, query_mask = self.encoder.tokenize(batch.query_input, "query")
+        doc_ids, doc_mask = self.encoder.tokenize(batch.doc_input, "doc")
         if self.mask_fraction > 0:  # Eq. 10: d' = d with a sample of X_EM masked
             tokenizer = self.encoder.tokenizer
             doc_ids = mask_exact_matches(doc_ids, query_ids, self.mask_fraction, tokenizer.mask_token_id,

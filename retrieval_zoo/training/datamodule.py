@@ -4,25 +4,35 @@ Optional batch fields are filled only when the method declares it needs them (``
 ``bm25_scores`` (BM25 of every pair of the group), ``bm25_vectors`` (IDF of query terms and TF saturation of
 document terms, whose inner product is BM25: RoC's q_bm25 and d_bm25) and ``teacher_scores`` (from a run file,
 for distillation). All BM25 work happens once in :meth:`TriplesDataModule.setup`, before training, so no training
-step waits on Java.
+step waits on Java. Given the method's tokenizer, :meth:`TriplesDataModule.setup` tokenizes the corpus and the
+training queries once into token caches (:class:`~retrieval_zoo.tokens.TokenCache`, memory-mapped, shared by every
+run with the same tokenizer), and a batch gathers its :class:`~retrieval_zoo.tokens.Tokens` from them, so the
+training step receives tensors and nothing tokenizes during training; the texts themselves come only to a method
+that needs them (``texts``: an online teacher with its own tokenizer).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import os
+from collections.abc import Callable
+from dataclasses import dataclass, fields, replace
 
 import lightning as L
+import numpy as np
 import torch
 from torch.utils.data import DataLoader
 
+from retrieval_zoo.cache import fingerprint
 from retrieval_zoo.data.collections import Collection, check_ids
 from retrieval_zoo.data.formats import Run, read_run
 from retrieval_zoo.lexical.bm25 import BM25
+from retrieval_zoo.lexical.sparse_rows import SparseBatch, SparseRows
+from retrieval_zoo.tokens import TextTokenizer, TokenCache, Tokens
 from retrieval_zoo.training.loaders import GroupDataset, ResumableLoader
 from retrieval_zoo.training.lookups import PairTable, precompute_fields, restrict_to_teacher
 from retrieval_zoo.training.negatives import GroupSampling, ShardedEpochSampler, negative_pool
 
-FIELDS = frozenset({"bm25_scores", "bm25_vectors", "teacher_scores"})
+FIELDS = frozenset({"bm25_scores", "bm25_vectors", "teacher_scores", "texts"})
 
 
 @dataclass
@@ -31,23 +41,44 @@ class TrainBatch:
 
     Attributes:
         qids: (B,) query ids.
-        queries: (B,) query texts.
+        queries: (B,) query texts; None when the DataLoader tokenized them and the method needs no texts.
         docids: (B, G) document ids.
-        docs: (B·G,) document texts, row-major.
+        docs: (B·G,) document texts, row-major; None as ``queries``.
         bm25_scores: (B, G) BM25(q, d), when the method needs it.
-        bm25_query_vectors: (B,) term → IDF, when the method needs BM25 vectors.
-        bm25_doc_vectors: (B·G,) term → BM25 TF saturation, when the method needs BM25 vectors.
+        bm25_query_vectors: (B,) term → IDF, when the method needs BM25 vectors; with the method's ``term_keys``,
+            the same as tensors of (row, term key, weight) entries.
+        bm25_doc_vectors: (B·G,) term → BM25 TF saturation, likewise.
         teacher_scores: (B, G) teacher scores, when the method distils.
+        query_tokens: (B, Lq) the queries' tokens, when the DataModule has the method's tokenizer.
+        doc_tokens: (B·G, Ld) the documents' tokens, likewise.
     """
 
     qids: list[str]
-    queries: list[str]
+    queries: list[str] | None
     docids: list[list[str]]
-    docs: list[str]
+    docs: list[str] | None
     bm25_scores: torch.Tensor | None = None
-    bm25_query_vectors: list[dict[str, float]] | None = None
-    bm25_doc_vectors: list[dict[str, float]] | None = None
+    bm25_query_vectors: list[dict[str, float]] | SparseBatch | None = None
+    bm25_doc_vectors: list[dict[str, float]] | SparseBatch | None = None
     teacher_scores: torch.Tensor | None = None
+    query_tokens: Tokens | None = None
+    doc_tokens: Tokens | None = None
+
+    @property
+    def query_input(self) -> Tokens | list[str]:
+        """The queries as an encoder takes them: their tokens when the DataLoader made them, else their texts."""
+        return self.query_tokens if self.query_tokens is not None else self.queries
+
+    def pin_memory(self) -> TrainBatch:
+        """The batch with its tensors in page-locked memory (the DataLoader's ``pin_memory``)."""
+        pinned = {f.name: getattr(self, f.name) for f in fields(self)}
+        pinned = {n: v.pin_memory() for n, v in pinned.items() if isinstance(v, torch.Tensor | Tokens)}
+        return replace(self, **pinned)
+
+    @property
+    def doc_input(self) -> Tokens | list[str]:
+        """The documents as an encoder takes them (see :attr:`query_input`)."""
+        return self.doc_tokens if self.doc_tokens is not None else self.docs
 
 
 class TriplesDataModule(L.LightningDataModule):
@@ -68,9 +99,14 @@ class TriplesDataModule(L.LightningDataModule):
         epochs: Epochs whose groups are precomputed for random negatives' BM25 scores (None: trainer's max).
         val_split: Split of the validation queries.
         val_queries: Validation queries, a fixed subset of the judged ones (None = all).
-        num_workers: DataLoader workers (the JVM lives in its own process, so they may fork).
+        num_workers: DataLoader workers (the JVM lives in its own process, so they may fork); ``auto``: none on CPUs,
+            where they would compete with the step for the cores, and up to 4 per process on an accelerator.
         holdout_queries: Judged training queries kept out of training (:meth:`Collection.tuning_qids`), on which
             evaluation tunes fusion weights such as CLEAR's λ_test.
+        tokenizer: The method's :class:`~retrieval_zoo.tokens.TextTokenizer` (``train.py`` passes it): batches carry
+            tokens from the token caches; None leaves the texts for the method to tokenize.
+        term_keys: Terms → their keys (RoC's projection hashes them; ``train.py`` passes ``method.term_keys()``):
+            the BM25 vectors are then stored as CSR arrays once and batches carry them as tensors, not dicts.
     """
 
     def __init__(
@@ -88,10 +124,14 @@ class TriplesDataModule(L.LightningDataModule):
         epochs: int | None = None,
         val_split: str = "dev",
         val_queries: int | None = 300,
-        num_workers: int = 0,
+        num_workers: int | str = "auto",
         holdout_queries: int = 0,
+        tokenizer: TextTokenizer | None = None,
+        term_keys: Callable[[list[str]], np.ndarray] | None = None,
     ) -> None:
         super().__init__()
+        if num_workers != "auto" and (not isinstance(num_workers, int) or num_workers < 0):
+            raise ValueError(f"data.num_workers must be 'auto' or a number ≥ 0, not {num_workers!r}")
         unknown = set(needs) - FIELDS
         if unknown:
             raise ValueError(f"unknown batch fields {sorted(unknown)}; known: {sorted(FIELDS)}")
@@ -101,7 +141,8 @@ class TriplesDataModule(L.LightningDataModule):
         self.batch_size, self.n_negatives, self.seed, self.epochs = batch_size, n_negatives, seed, epochs
         self.negatives_run, self.negative_depth, self.random_negatives = negatives_run, negative_depth, random_negatives
         self.teacher_run, self.val_split, self.val_queries = teacher_run, val_split, val_queries
-        self.num_workers, self.holdout_queries = num_workers, holdout_queries
+        self.num_workers, self.holdout_queries, self.tokenizer = num_workers, holdout_queries, tokenizer
+        self.term_keys, self.term_rows = term_keys, None
         self.sampling: GroupSampling | None = None
         self.train_loader: ResumableLoader | None = None
         self.resume_position: dict[str, int] | None = None
@@ -147,8 +188,22 @@ class TriplesDataModule(L.LightningDataModule):
             None if self.negatives_run else run,
             teacher,
         )  # fmt: skip
+        if self.tokenizer is not None:  # every text tokenized once, read by memory map (retrieval_zoo.tokens)
+            corpus, all_queries = self.collection.corpus, self.collection.queries[split]
+            self.doc_cache = TokenCache.build(corpus, self.tokenizer, "doc", self.collection.corpus_fingerprint)
+            content = fingerprint(sorted(all_queries.items()))  # the queries' own text: a few MB, hashed in a blink
+            self.query_cache = TokenCache.build(all_queries, self.tokenizer, "query", content)
+        if "bm25_vectors" in self.needs and self.term_keys is not None:
+            self.term_rows = self._term_rows(self.tables.pop("query_idf"), self.tables.pop("doc_weights"))
         val_queries = self.collection.judged_queries(self.val_split)
         self.val_qids = sorted(val_queries)[: self.val_queries] if self.val_queries else sorted(val_queries)
+
+    def _term_rows(self, query_idf: dict, doc_weights: dict) -> dict[str, tuple[dict[str, int], SparseRows]]:
+        """The queries' and documents' BM25 bags as CSR rows over the terms' keys, and each id's row."""
+        terms = sorted(set().union(*query_idf.values(), *doc_weights.values()))
+        keys = dict(zip(terms, self.term_keys(terms).tolist(), strict=True))
+        return {side: ({key: i for i, key in enumerate(bags)}, SparseRows(list(bags.values()), keys))
+                for side, bags in (("query", query_idf), ("doc", doc_weights))}  # fmt: skip
 
     def _read_checked(self, path: str | None) -> Run | None:
         """A run file whose query and document ids must all belong to the training collection."""
@@ -168,14 +223,19 @@ class TriplesDataModule(L.LightningDataModule):
         if self.batch_size % world:
             raise ValueError(f"data.batch_size={self.batch_size} does not divide by the world size {world}")
         sampler = ShardedEpochSampler(len(self.train_qids), self.seed, rank, world)
+        accelerated = self.trainer is not None and self.trainer.strategy.root_device.type == "cuda"
+        workers = self.num_workers
+        if workers == "auto":
+            workers = min(4, max(1, (os.cpu_count() or 1) // world - 1)) if accelerated else 0
         self.train_loader = ResumableLoader(
             GroupDataset(self.train_qids, self.sampling),
             batch_size=self.batch_size // world,
             sampler=sampler,
             drop_last=True,
             collate_fn=self.collate,
-            num_workers=self.num_workers,
-            persistent_workers=self.num_workers > 0,
+            num_workers=workers,
+            persistent_workers=workers > 0,
+            pin_memory=accelerated,  # page-locked batches copy to the GPU asynchronously
             # No generator of its own: each epoch's iterator draws its workers' base seed from the global torch RNG,
             # which moves the dropout masks of the steps after it. The README's tables were measured with that draw
             # (a loader generator, 19aaea9..8f91ae6, moved them); tests/test_datamodule.py pins it.
@@ -215,13 +275,21 @@ class TriplesDataModule(L.LightningDataModule):
         qids = [qid for qid, _ in items]
         docids = [group for _, group in items]
         flat = [d for group in docids for d in group]
-        batch = TrainBatch(qids, [queries[q] for q in qids], docids, [corpus[d] for d in flat])
+        texts = self.tokenizer is None or "texts" in self.needs
+        batch = TrainBatch(qids, [queries[q] for q in qids] if texts else None, docids,
+                           [corpus[d] for d in flat] if texts else None)  # fmt: skip
+        if self.tokenizer is not None:
+            batch.query_tokens, batch.doc_tokens = self.query_cache.tokens(qids), self.doc_cache.tokens(flat)
         tables: dict[str, PairTable] = self.tables
         if "bm25_scores" in self.needs:
             batch.bm25_scores = tables["bm25_scores"].matrix(qids, docids)
         if "teacher_scores" in self.needs:
             batch.teacher_scores = tables["teacher_scores"].matrix(qids, docids)
-        if "bm25_vectors" in self.needs:
+        if "bm25_vectors" in self.needs and self.term_rows is not None:
+            (query_row, queries_csr), (doc_row, docs_csr) = self.term_rows["query"], self.term_rows["doc"]
+            batch.bm25_query_vectors = queries_csr.gather(torch.tensor([query_row[q] for q in qids], dtype=torch.long))
+            batch.bm25_doc_vectors = docs_csr.gather(torch.tensor([doc_row[d] for d in flat], dtype=torch.long))
+        elif "bm25_vectors" in self.needs:
             batch.bm25_query_vectors = [tables["query_idf"][q] for q in qids]
             batch.bm25_doc_vectors = [tables["doc_weights"][d] for d in flat]
         return batch

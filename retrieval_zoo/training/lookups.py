@@ -73,7 +73,7 @@ def precompute_fields(
     model's run, in which case every pair is scored by pyserini.
     """
     tables: dict = {}
-    if not needs:
+    if not needs - {"texts"}:  # texts come from the collection, nothing to precompute
         return tables
     pairs = sampled_pairs(sampling, qids, epochs)
     if "bm25_scores" in needs:

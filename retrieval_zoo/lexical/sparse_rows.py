@@ -1,0 +1,64 @@
+"""Bags of words as CSR arrays: built once from term → weight mappings, then gathered with tensor ops.
+
+A corpus's (or a query set's) bags become three arrays: each row's offset, and per entry its column (a vocabulary
+id, or a term's hash key) and weight, in the order of the bags' items. :meth:`SparseRows.gather` takes any rows as
+flat (row, column, weight) tensors and :meth:`SparseRows.dense` as a matrix, with no Python loop over documents or
+terms, so training batches and corpus encodings read them on the hot path.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import torch
+
+
+@dataclass
+class SparseBatch:
+    """Some rows of a :class:`SparseRows`: entry ``i`` puts ``weights[i]`` at column ``columns[i]`` of row ``rows[i]``.
+
+    Attributes:
+        rows: (nnz,) the output row of each entry.
+        columns: (nnz,) its column (a vocabulary id or a term's key).
+        weights: (nnz,) its weight.
+        count: The number of rows.
+    """
+
+    rows: torch.Tensor
+    columns: torch.Tensor
+    weights: torch.Tensor
+    count: int
+
+
+class SparseRows:
+    """Bags of words as CSR rows (see the module docstring).
+
+    Args:
+        bags: (n,) term → weight.
+        columns: term → its column; a term without one matches nothing and is not stored.
+    """
+
+    def __init__(self, bags: list[Mapping[str, float]], columns: Mapping[str, int]) -> None:
+        pairs = [[(columns[t], w) for t, w in bag.items() if t in columns] for bag in bags]
+        self.offsets = torch.tensor([0] + [len(row) for row in pairs]).cumsum(0)  # (n + 1,)
+        self.columns = torch.tensor([c for row in pairs for c, _ in row], dtype=torch.long)  # (nnz,)
+        self.weights = torch.tensor([w for row in pairs for _, w in row], dtype=torch.float32)  # (nnz,)
+
+    def __len__(self) -> int:
+        return len(self.offsets) - 1
+
+    def gather(self, rows: torch.Tensor) -> SparseBatch:
+        """The entries of ``rows`` (m,), renumbered 0..m − 1 in that order; each row's entries in their order."""
+        starts, counts = self.offsets[rows], self.offsets[rows + 1] - self.offsets[rows]
+        owner = torch.arange(len(rows)).repeat_interleave(counts)
+        first = torch.cumsum(counts, 0) - counts  # where each output row's entries begin
+        entries = starts.repeat_interleave(counts) + torch.arange(int(counts.sum())) - first.repeat_interleave(counts)
+        return SparseBatch(owner, self.columns[entries], self.weights[entries], len(rows))
+
+    def dense(self, rows: torch.Tensor, width: int) -> torch.Tensor:
+        """(m,) row numbers → (m, width) float32 matrix of those bags (the columns being vocabulary ids)."""
+        batch = self.gather(rows)
+        matrix = torch.zeros(batch.count, width)
+        matrix[batch.rows, batch.columns] = batch.weights
+        return matrix
