@@ -2,7 +2,7 @@ import pytest
 import torch
 
 from retrieval_zoo.index.terms import Gip
-from retrieval_zoo.lexical.delade import _WeightedSoftmaxMax, delade_vectors, delade_vectors_naive
+from retrieval_zoo.lexical.delade import _WeightedSoftmaxMax, delade_vectors, delade_vectors_naive, rows_per_chunk
 from retrieval_zoo.losses import kl_distillation
 from retrieval_zoo.methods.delade import DeLADE
 from tests.conftest import tiny_encoder
@@ -65,6 +65,27 @@ def test_vectorised_forward_equals_the_running_max_it_replaced() -> None:
     expected_best, expected_winner = running_max_reference(z, weights, real)
     assert torch.allclose(best, expected_best, rtol=1e-6, atol=0) and torch.equal(best.isinf(), expected_best.isinf())
     assert torch.equal(ctx.saved[3], expected_winner)
+
+
+def test_cpu_chunks_and_the_encoding_path_give_the_very_same_vectors_and_gradients(monkeypatch) -> None:
+    # Chunking rows on a CPU (to reuse heap pages) and skipping the winners without gradients change no bit.
+    torch.manual_seed(2)
+    logits, hidden = torch.randn(5, 7, 40) * 3, torch.randn(5, 7, 4)
+    mask = torch.tensor([[1] * 7, [1] * 3 + [0] * 4, [1] * 7, [1, 1] + [0] * 5, [1] * 6 + [0]])
+    weight, upstream = torch.nn.Linear(4, 1), torch.randn(5, 40)
+
+    def vectors_and_gradients() -> tuple[torch.Tensor, ...]:
+        leaves = logits.clone().requires_grad_(True), hidden.clone().requires_grad_(True)
+        out = delade_vectors(*leaves, mask, weight)
+        return out.detach(), *torch.autograd.grad((out * upstream).sum(), leaves)
+
+    whole = vectors_and_gradients()
+    monkeypatch.setattr("retrieval_zoo.lexical.delade.CPU_CHUNK_BYTES", 2 * 7 * 40 * 4)  # two rows a chunk
+    assert rows_per_chunk(logits) == 2
+    for expected, chunked in zip(whole, vectors_and_gradients(), strict=True):
+        assert torch.equal(expected, chunked)
+    with torch.inference_mode():
+        assert torch.equal(delade_vectors(logits, hidden, mask, weight), whole[0])
 
 
 def test_kl_distillation_by_hand() -> None:
