@@ -32,7 +32,7 @@ import torch
 from lightning.fabric.utilities.apply_func import move_data_to_device
 
 from benchmarks.common import composed, header, side_by_side
-from retrieval_zoo.data.collections import embedded
+from retrieval_zoo.data.collections import Collection, embedded
 from retrieval_zoo.encoder import Encoder
 from retrieval_zoo.index.csf import InvertedLists
 from retrieval_zoo.lexical.bm25 import BM25
@@ -135,7 +135,8 @@ def synced(fn: Callable[[], object]) -> Callable[[], None]:
     return run
 
 
-def main() -> None:
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    """The command line's settings."""
     parser = argparse.ArgumentParser()
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--backbone", default="splade_tiny")
@@ -147,10 +148,18 @@ def main() -> None:
     parser.add_argument("--compile", action="store_true")
     parser.add_argument("--repeat", type=int, default=5)
     parser.add_argument("--end-to-end", default=None, help="a trainer config: also time `python train.py trainer=…`")
-    args = parser.parse_args()
-    device = torch.device(args.device)
+    return parser.parse_args(argv)
+
+
+def main() -> None:
+    args = parse_args()
     collection = embedded("default")
-    bm25 = BM25(collection)
+    measure(args, collection, BM25(collection))
+
+
+def measure(args: argparse.Namespace, collection: Collection, bm25: BM25) -> None:
+    """Print the table for ``args.methods`` on ``collection`` (the tests run it on a tiny one)."""
+    device = torch.device(args.device)
     docids = list(collection.corpus)[: args.docs]
 
     def autocast() -> contextlib.AbstractContextManager:
