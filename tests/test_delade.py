@@ -86,6 +86,7 @@ def test_cpu_chunks_and_the_encoding_path_give_the_very_same_vectors_and_gradien
         assert torch.equal(expected, chunked)
     with torch.inference_mode():
         assert torch.equal(delade_vectors(logits, hidden, mask, weight), whole[0])
+    assert delade_vectors(logits[:0], hidden[:0], mask[:0], weight).shape == (0, 40)  # an empty batch
 
 
 def test_kl_distillation_by_hand() -> None:
