@@ -11,6 +11,12 @@ from tqdm import tqdm
 from retrieval_zoo.tokens import CachedTexts, Tokens
 
 Texts = list[str] | CachedTexts  # what the encoding helpers batch: texts, or ids whose tokens are cached
+LengthsOf = Callable[[list[str]], list[int] | None]  # texts → their lengths in tokens, or None: go by characters
+
+
+def by_characters(texts: list[str]) -> None:
+    """No token lengths known (a :data:`LengthsOf`): the texts are ordered by their length in characters."""
+    return None
 
 
 def take(texts: Texts, rows: list[int]) -> list[str] | Tokens:
@@ -38,12 +44,17 @@ def length_sorted_batches(texts: Texts, batch_size: int, lengths: list[int] | No
 
 
 def encode_all(
-    encode: Callable[[list[str]], torch.Tensor], texts: list[str], batch_size: int, desc: str = "encode"
+    encode: Callable[[list[str]], torch.Tensor],
+    texts: list[str],
+    batch_size: int,
+    desc: str = "encode",
+    lengths: list[int] | None = None,
 ) -> np.ndarray:
-    """Encode ``texts`` in length-sorted batches and return float32 vectors in the input order."""
+    """Encode ``texts`` in length-sorted batches (by ``lengths`` when given) and return float32 vectors in order."""
     if not texts:
         raise ValueError("nothing to encode")
-    return encode_payload(lambda batch: {"vectors": encode(batch)}, texts, batch_size, desc)["vectors"].numpy()
+    vectors = encode_payload(lambda batch: {"vectors": encode(batch)}, texts, batch_size, desc, lengths)["vectors"]
+    return vectors.numpy()
 
 
 @torch.inference_mode()

@@ -105,6 +105,11 @@ class Encoder(torch.nn.Module):
         """
         self._cached[side] = TextLookup(TokenCache.build(texts, self.text_tokenizer(), side, content), texts)
 
+    def token_lengths(self, texts: list[str], side: str) -> list[int] | None:
+        """Each text's length in tokens when all of ``texts`` were given to :meth:`cache_texts`, else None."""
+        lookup = self._cached.get(side)
+        return lookup.lengths(texts) if lookup is not None and lookup.holds(texts) else None
+
     def tokenize(self, texts: list[str] | Tokens, side: str) -> tuple[torch.Tensor, torch.Tensor]:
         """(N,) texts of ``side`` (``query`` or ``doc``), or their :class:`Tokens` → (N, L) ids and mask on the device.
 

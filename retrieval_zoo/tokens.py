@@ -235,3 +235,7 @@ class TextLookup:
     def tokens(self, texts: list[str]) -> Tokens:
         """The padded tokens of ``texts``: what the tokenizer gives for them."""
         return self.cache.tokens([self.key_of[text] for text in texts])
+
+    def lengths(self, texts: list[str]) -> list[int]:
+        """Each of ``texts``'s length in tokens (after truncation, markers included)."""
+        return self.cache.lengths([self.key_of[text] for text in texts]).tolist()

@@ -121,9 +121,14 @@ class Spy:
         self.handed, self.tokenized = [], []
         tokenize, call = Encoder.tokenize, TextTokenizer.__call__
 
+        self.query_batches: list[list[int]] = []  # each query batch's lengths in tokens, as encoded
+
         def spy_tokenize(encoder, texts, side):
             self.handed.append((side, type(texts).__name__))
-            return tokenize(encoder, texts, side)
+            ids, mask = tokenize(encoder, texts, side)
+            if side == "query":
+                self.query_batches.append(mask.sum(dim=1).tolist())
+            return ids, mask
 
         def spy_call(tokenizer, texts, side):
             self.tokenized.append((side, list(texts)))
@@ -148,12 +153,28 @@ def test_cached_queries_are_read_from_the_cache_and_typed_ones_tokenized(tiny, c
     assert spy.tokenized[-1] == ("query", [*texts[:2], "a query typed at search time"])
 
 
-@pytest.mark.parametrize("method", ["dense", "dlr_splade"])
+def test_query_lengths_are_read_from_the_query_cache(tiny, cache_dir) -> None:
+    from retrieval_zoo.methods.dense import DenseBiEncoder
+
+    model, queries = DenseBiEncoder(clear_encoder()), dict(list(tiny.queries["dev"].items())[:12])
+    model.cache_queries(queries)
+    texts = list(queries.values())[::-1]
+    assert model.query_lengths(texts) == [len(ids) for ids in model.text_tokenizer().unpadded(texts, "query")]
+    assert model.query_lengths([*texts[:2], "a query typed at search time"]) is None  # then: by characters
+
+
+@pytest.mark.parametrize("method", ["dense", "dlr_splade", "csurf"])
 def test_evaluation_encodes_corpus_and_queries_from_token_caches(tiny, tiny_bm25, cache_dir, tmp_path, monkeypatch,
                                                                  method: str) -> None:  # fmt: skip
-    """Nothing is tokenized while an evaluation encodes the corpus and searches: every text comes from a cache."""
+    """Nothing is tokenized while an evaluation encodes the corpus and searches: every text comes from a cache.
+
+    Query batches are ordered by the queries' length in tokens, so each batch's lengths fall from its first query
+    to its last (ordered by characters, they do not on these queries).
+    """
+    from retrieval_zoo.index.csf import InvertedLists
     from retrieval_zoo.index.dense import Faiss
     from retrieval_zoo.index.terms import Gip
+    from retrieval_zoo.methods.csurf import CSurF
     from retrieval_zoo.methods.dense import DenseBiEncoder
     from retrieval_zoo.methods.dhr_fusion import DhrFusion
     from retrieval_zoo.pipeline import evaluate_method
@@ -161,12 +182,19 @@ def test_evaluation_encodes_corpus_and_queries_from_token_caches(tiny, tiny_bm25
 
     if method == "dense":
         model, index = DenseBiEncoder(clear_encoder()), Faiss()
+    elif method == "csurf":
+        model, index = CSurF(tiny_encoder(mlm_head=True, doc_max_length=16), vector_dim=4).eval(), InvertedLists()
     else:
         model = DhrFusion(lexical="splade", encoder=tiny_encoder(mlm_head=True, doc_max_length=16))
         index = Gip(slices=64, first_stage=None, weight_grid=(1.0,))
+    queries = list(tiny.queries["dev"].values())[:20]
+    lengths = [len(ids) for ids in model.text_tokenizer().unpadded(queries, "query")]
+    by_characters = sorted(range(len(queries)), key=lambda i: len(queries[i]), reverse=True)
+    assert [lengths[i] for i in by_characters] != sorted(lengths, reverse=True)  # the check below can fail
     TokenCache.build(tiny.corpus, model.text_tokenizer(), "doc", tiny.corpus_fingerprint)  # as training leaves it
     spy = Spy(monkeypatch)
     evaluate_method(model, index, tiny, tiny_bm25, "dev", 20, tmp_path, method, tune_queries=5)
     handed = {side: {kind for s, kind in spy.handed if s == side} for side in ("query", "doc")}
     assert handed == {"doc": {"Tokens"}, "query": {"list"}}  # the corpus as tokens; queries as texts, then ...
     assert spy.tokenized == []  # ... read from their cache (built unpadded, once): the tokenizer never ran
+    assert spy.query_batches and all(batch == sorted(batch, reverse=True) for batch in spy.query_batches)

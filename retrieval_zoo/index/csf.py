@@ -21,7 +21,7 @@ from typing import Any, ClassVar
 import torch
 from tqdm import tqdm
 
-from retrieval_zoo.batching import Texts, length_sorted_batches, take
+from retrieval_zoo.batching import LengthsOf, Texts, by_characters, length_sorted_batches, take
 from retrieval_zoo.data.collections import Collection
 from retrieval_zoo.data.formats import Run
 from retrieval_zoo.index.base import Index
@@ -77,6 +77,7 @@ class CsfRetriever:
         query_batch_size: Queries scored at a time.
         device: Where the lists live and are scored (default: the GPU when present), with the same tensor ops on
             either, in float32.
+        query_lengths: Query texts → their lengths in tokens, which order query batches.
     """
 
     def __init__(
@@ -88,8 +89,10 @@ class CsfRetriever:
         prune_fraction: float = 0.0,
         query_batch_size: int = 8,
         device: torch.device | str | None = None,
+        query_lengths: LengthsOf = by_characters,
     ) -> None:
         self.encode_query, self.docids, self.query_batch_size = encode_query, shards.docids, query_batch_size
+        self.query_lengths = query_lengths
         self.device = torch.device(device) if device is not None else default_device()
         started = time.perf_counter()
         bags, tokens = [], []
@@ -127,17 +130,17 @@ class CsfRetriever:
 
     def search(self, queries: dict[str, str], k: int) -> Run:
         """The top ``k`` documents of each query by the §3.3 score; documents scoring 0 are not returned."""
-        qids, run = list(queries), {}
+        qids, texts, run = list(queries), list(queries.values()), {}
         started = time.perf_counter()
         with torch.inference_mode():
-            for first in range(0, len(qids), self.query_batch_size):
-                batch = qids[first : first + self.query_batch_size]
-                bags = _to(self.encode_query([queries[q] for q in batch]), self.device)
+            for rows in length_sorted_batches(texts, self.query_batch_size, self.query_lengths(texts)):
+                batch = [qids[i] for i in rows]
+                bags = _to(self.encode_query([texts[i] for i in rows]), self.device)
                 found = [self._search_shard(bags, batch, postings, docids, k) for postings, docids in self.shards]
                 run |= merge_topk((shard_run for shard_run, _ in found), k)
                 self._count(bags, sum(pairs for _, pairs in found))
         self._search_seconds += time.perf_counter() - started
-        return run
+        return {qid: run[qid] for qid in qids}  # in the order of ``queries``, as batched by length
 
     @staticmethod
     def _search_shard(bags: CsfBags, qids: list[str], postings: Postings, docids: list[str], k: int) -> tuple[Run, int]:
@@ -209,7 +212,7 @@ class InvertedLists(Index):
         """Inverted lists of the corpus's CSFs, one set per shard."""
         shards = self.corpus_shards(method, collection, bm25, shards)
         return CsfRetriever(method.encode_query, shards, method.vocab_size, self.prune_threshold, self.prune_fraction,
-                            self.query_batch_size)  # fmt: skip
+                            self.query_batch_size, query_lengths=method.query_lengths)  # fmt: skip
 
 
 def _to(bags: CsfBags, device: torch.device, doc_index: torch.Tensor | None = None) -> CsfBags:

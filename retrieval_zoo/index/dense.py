@@ -14,7 +14,7 @@ import faiss
 import numpy as np
 import torch
 
-from retrieval_zoo.batching import encode_all, encode_payload
+from retrieval_zoo.batching import LengthsOf, by_characters, encode_all, encode_payload
 from retrieval_zoo.data.collections import Collection
 from retrieval_zoo.data.formats import Run
 from retrieval_zoo.index.base import Index
@@ -161,20 +161,22 @@ class DenseRetriever:
         shards: The corpus's ``vectors`` (n, dim) per shard.
         index: The (unbuilt) faiss index to fill.
         batch_size: Texts per forward pass.
+        query_lengths: Query texts → their lengths in tokens (``method.query_lengths``), which order query batches.
     """
 
     def __init__(
         self, encode_query: Callable[[list[str]], torch.Tensor], shards: CorpusShards, index: FaissIndex,
-        batch_size: int = 128,
+        batch_size: int = 128, query_lengths: LengthsOf = by_characters,
     ) -> None:  # fmt: skip
-        self.encode_query, self.batch_size = encode_query, batch_size
+        self.encode_query, self.batch_size, self.query_lengths = encode_query, batch_size, query_lengths
         self._last: tuple[dict[str, str], np.ndarray] | None = None
         self.index = index.build_sharded([(ids, part["vectors"].numpy()) for ids, part in shards])
 
     def encode_queries(self, queries: dict[str, str]) -> np.ndarray:
         """Query vectors, in the order of ``queries`` (the last call's are kept for a search and its scoring)."""
         if self._last is None or self._last[0] != queries:
-            vectors = encode_all(self.encode_query, list(queries.values()), self.batch_size, desc="queries")
+            texts = list(queries.values())
+            vectors = encode_all(self.encode_query, texts, self.batch_size, "queries", self.query_lengths(texts))
             self._last = (dict(queries), vectors)
         return self._last[1]
 
@@ -223,4 +225,5 @@ class Faiss(Index):
     ) -> DenseRetriever:
         """The corpus's vectors in a (sharded) faiss inner-product index."""
         shards = self.corpus_shards(method, collection, bm25, shards)
-        return DenseRetriever(method.encode_query, shards, self.faiss_index(), method.encode_batch_size)
+        return DenseRetriever(method.encode_query, shards, self.faiss_index(), method.encode_batch_size,
+                              method.query_lengths)  # fmt: skip

@@ -15,7 +15,7 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
-from retrieval_zoo.batching import length_sorted_batches
+from retrieval_zoo.batching import LengthsOf, by_characters, length_sorted_batches
 from retrieval_zoo.data.formats import Run
 from retrieval_zoo.index.dlr import Slicing, densify, explain, hybrid
 from retrieval_zoo.index.gip import GipIndex
@@ -51,6 +51,7 @@ def represent(
     lam: float,
     batch_size: int,
     desc: str = "densify",
+    lengths: list[int] | None = None,
 ) -> tuple[np.ndarray, np.ndarray, int]:
     """DLR (or DHR, when ``encode`` returns a [CLS] part) of every text, in input order, densified batch by batch.
 
@@ -61,12 +62,13 @@ def represent(
         lam: λ of the [CLS] part (Eq. 14).
         batch_size: Items per forward pass.
         desc: Progress-bar label.
+        lengths: The items' lengths in tokens, which order the batches (default: characters).
 
     Returns:
         (n, M [+ c]) float16 values, (n, M [+ c]) indices, and the number of [CLS] dimensions c.
     """
     order, values, indices, cls_dims = slicing.order(), None, None, 0
-    batches = length_sorted_batches(items, batch_size)
+    batches = length_sorted_batches(items, batch_size, lengths)
     for batch in tqdm(batches, desc=desc, unit="batch", leave=False, mininterval=5):
         part_values, part_indices, cls_dims = densify_parts(*encode([items[i] for i in batch]), slicing, order, lam)
         if values is None:
@@ -111,6 +113,7 @@ class DhrRetriever(PartSearch):
         batch_size: Texts per forward pass.
         device: Where GIP runs (default: the GPU when present).
         terms: Vocabulary ids → their strings, for :meth:`explain` (default: the ids as text).
+        query_lengths: Query texts → their lengths in tokens, which order query batches.
     """
 
     def __init__(
@@ -125,8 +128,9 @@ class DhrRetriever(PartSearch):
         batch_size: int = 128,
         device: torch.device | str | None = None,
         terms: Callable[[list[int]], list[str]] | None = None,
+        query_lengths: LengthsOf = by_characters,
     ) -> None:
-        self.encode_query, self.slicing = encode_query, slicing
+        self.encode_query, self.slicing, self.query_lengths = encode_query, slicing, query_lengths
         self.lam, self.batch_size, self.weight = lam, batch_size, lam
         self.terms = terms or (lambda ids: [str(i) for i in ids])
         self.first_stage, self.theta, self.candidates = first_stage, theta, candidates
@@ -145,8 +149,9 @@ class DhrRetriever(PartSearch):
 
     def represent_queries(self, queries: dict[str, str]) -> tuple[np.ndarray, np.ndarray]:
         """(Q, M [+ c]) values and indices of the queries, in the order of the dict."""
-        values, indices, _ = represent(self.encode_query, list(queries.values()), self.slicing, self.lam,
-                                       self.batch_size, "densify queries")  # fmt: skip
+        texts = list(queries.values())
+        values, indices, _ = represent(self.encode_query, texts, self.slicing, self.lam, self.batch_size,
+                                       "densify queries", self.query_lengths(texts))  # fmt: skip
         return values, indices
 
     def search(self, queries: dict[str, str], k: int, part: str | None = None, weight: float | None = None) -> Run:

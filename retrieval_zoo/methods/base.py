@@ -134,6 +134,17 @@ class RetrievalMethod(L.LightningModule):
             if isinstance(module, Encoder):
                 module.cache_texts(queries, "query", content)
 
+    def query_lengths(self, texts: list[str]) -> list[int] | None:
+        """Each query's length in tokens, from the token cache of :meth:`cache_queries`.
+
+        Query batches are ordered by it, as corpus batches are; None for texts not cached (or a method without an
+        encoder): they go by characters.
+        """
+        for module in self.modules():
+            if isinstance(module, Encoder):
+                return module.token_lengths(texts, "query")
+        return None
+
     def encoding_settings(self) -> dict:
         """What besides the weights changes the method's encoding of a corpus (hashed into its cache key)."""
         doc_max_length = self.encoder.max_length["doc"] if self.encoder is not None else None

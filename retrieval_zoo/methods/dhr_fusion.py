@@ -138,4 +138,5 @@ class DhrFusion(RetrievalMethod):
         def encode_queries(texts: list[str]) -> tuple[torch.Tensor, torch.Tensor | None]:
             return lexical_queries(texts), self._semantic(texts, query=True)
 
-        return TermEncoder(encode_queries, encode_shard, vocab_size, discard, terms, 1.0, self.encode_batch_size)
+        return TermEncoder(encode_queries, encode_shard, vocab_size, discard, terms, 1.0, self.encode_batch_size,
+                           self.query_lengths)  # fmt: skip
