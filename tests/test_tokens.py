@@ -163,7 +163,7 @@ def test_query_lengths_are_read_from_the_query_cache(tiny, cache_dir) -> None:
     assert model.query_lengths([*texts[:2], "a query typed at search time"]) is None  # then: by characters
 
 
-@pytest.mark.parametrize("method", ["dense", "dlr_splade", "csurf"])
+@pytest.mark.parametrize("method", ["dense", "dlr_splade", pytest.param("csurf", marks=pytest.mark.slow)])
 def test_evaluation_encodes_corpus_and_queries_from_token_caches(tiny, tiny_bm25, cache_dir, tmp_path, monkeypatch,
                                                                  method: str) -> None:  # fmt: skip
     """Nothing is tokenized while an evaluation encodes the corpus and searches: every text comes from a cache.
