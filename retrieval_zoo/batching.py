@@ -1,22 +1,53 @@
-"""Length-sorted batched encoding of many texts into row-aligned float32 tensors, with progress."""
+"""Length-sorted batched encoding of many texts into row-aligned float32 tensors, with batches prepared ahead.
+
+Every encoding loop (corpus shards, query sets) takes its batches from :func:`prepared_batches`: a DataLoader over
+the length-sorted batches whose items are what the encoder reads, cached tokens gathered from their token cache or
+texts with their tokens (:class:`~retrieval_zoo.tokens.TokenizedBatch`). In a process that uses CUDA, forked
+workers prepare them in page-locked memory while the device encodes the batch before; on CPUs they are prepared in
+the process, where workers would take cores from the encoder (as training's ``data.num_workers: auto`` decides).
+"""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import multiprocessing
+import os
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 
 import numpy as np
 import torch
+from torch.utils.data import DataLoader, Dataset
 from tqdm import tqdm
 
 from retrieval_zoo.tokens import CachedTexts, Tokens
 
 Texts = list[str] | CachedTexts  # what the encoding helpers batch: texts, or ids whose tokens are cached
 LengthsOf = Callable[[list[str]], list[int] | None]  # texts → their lengths in tokens, or None: go by characters
+Prepare = Callable[[list[str]], list[str]]  # a batch of texts (or ids) → the same with its tokens (TokenizedBatch)
+Item = list[str] | Tokens  # what an encoding function receives for one batch
+PREP_WORKERS = 2  # DataLoader workers preparing batches beside an accelerator
 
 
 def by_characters(texts: list[str]) -> None:
     """No token lengths known (a :data:`LengthsOf`): the texts are ordered by their length in characters."""
     return None
+
+
+@dataclass(frozen=True)
+class QueryPrep:
+    """How a retriever batches the query texts it is handed (a method's :meth:`query_prep`).
+
+    Args:
+        lengths: Texts → their lengths in tokens, which order the batches (None: by characters).
+        prepare: A batch of texts → the same with the method's tokens for them, made ahead; None: the encoder
+            tokenizes in the step.
+    """
+
+    lengths: LengthsOf = by_characters
+    prepare: Prepare | None = None
+
+
+PLAIN_QUERIES = QueryPrep()
 
 
 def take(texts: Texts, rows: list[int]) -> list[str] | Tokens:
@@ -43,38 +74,95 @@ def length_sorted_batches(texts: Texts, batch_size: int, lengths: list[int] | No
     return [order[i : i + batch_size] for i in range(0, len(order), batch_size)]
 
 
+def prep_workers() -> int:
+    """Workers that prepare batches ahead: :data:`PREP_WORKERS` in a process that uses CUDA, else none.
+
+    They fork, so they share the memory-mapped token caches and nothing is pickled; without fork (macOS, Windows)
+    batches are prepared in the process.
+    """
+    if not torch.cuda.is_initialized() or "fork" not in multiprocessing.get_all_start_methods():
+        return 0
+    return min(PREP_WORKERS, max(1, (os.cpu_count() or 1) - 1))
+
+
+class _PreparedBatches(Dataset):
+    """Batch number → what the encoder reads of that batch: its cached tokens, or its texts (prepared)."""
+
+    def __init__(self, texts: Texts, batches: list[list[int]], prepare: Prepare | None) -> None:
+        self.texts, self.batches, self.prepare = texts, batches, prepare
+
+    def __len__(self) -> int:
+        return len(self.batches)
+
+    def __getitem__(self, number: int) -> Item:
+        items = take(self.texts, self.batches[number])
+        return self.prepare(items) if self.prepare is not None and not isinstance(items, Tokens) else items
+
+
+def _as_is(item: Item) -> Item:
+    return item
+
+
+def prepared_batches(
+    texts: Texts,
+    batch_size: int,
+    lengths: list[int] | None = None,
+    prepare: Prepare | None = None,
+    desc: str = "encode",
+    workers: int | None = None,
+) -> Iterator[tuple[list[int], Item]]:
+    """Each length-sorted batch's rows in ``texts`` and what the encoder reads of it, prepared ahead (module doc).
+
+    Args:
+        texts: Texts, or ids whose tokens are cached.
+        batch_size: Items per batch.
+        lengths: The items' lengths, when they are not the texts themselves (see :func:`length_sorted_batches`).
+        prepare: Turns a batch of plain texts (or ids) into what the encoder reads (:class:`QueryPrep`).
+        desc: Progress-bar label.
+        workers: DataLoader workers; default :func:`prep_workers`.
+    """
+    batches = length_sorted_batches(texts, batch_size, lengths)
+    workers = prep_workers() if workers is None else workers
+    loader = DataLoader(_PreparedBatches(texts, batches, prepare), batch_size=None, collate_fn=_as_is,
+                        num_workers=workers, pin_memory=workers > 0 and torch.cuda.is_available(),
+                        multiprocessing_context="fork" if workers else None)  # fmt: skip
+    progress = tqdm(loader, desc=desc, unit="batch", leave=False, mininterval=5)
+    yield from zip(batches, progress, strict=True)
+
+
 def encode_all(
     encode: Callable[[list[str]], torch.Tensor],
     texts: list[str],
     batch_size: int,
     desc: str = "encode",
     lengths: list[int] | None = None,
+    prepare: Prepare | None = None,
 ) -> np.ndarray:
     """Encode ``texts`` in length-sorted batches (by ``lengths`` when given) and return float32 vectors in order."""
     if not texts:
         raise ValueError("nothing to encode")
-    vectors = encode_payload(lambda batch: {"vectors": encode(batch)}, texts, batch_size, desc, lengths)["vectors"]
-    return vectors.numpy()
+    encode_vectors = lambda batch: {"vectors": encode(batch)}  # noqa: E731
+    return encode_payload(encode_vectors, texts, batch_size, desc, lengths, prepare)["vectors"].numpy()
 
 
 @torch.inference_mode()
 def encode_payload(
-    encode: Callable[[list[str] | Tokens], dict[str, torch.Tensor | None]],
+    encode: Callable[[Item], dict[str, torch.Tensor | None]],
     texts: Texts,
     batch_size: int,
     desc: str,
     lengths: list[int] | None = None,
+    prepare: Prepare | None = None,
 ) -> dict[str, torch.Tensor]:
     """Named row-aligned float32 tensors of ``texts``, encoded in length-sorted batches, in the input order.
 
-    ``encode`` maps a batch of texts (or, for cached texts, their tokens) to named (n, ...) tensors; a name whose value
-    is None is left out. When the items are ids, ``lengths`` gives the length of the text each stands for, so
-    batches still group similar lengths.
+    ``encode`` maps a batch of texts (or, for cached texts, their tokens; with ``prepare``, what it makes of the
+    texts) to named (n, ...) tensors; a name whose value is None is left out. When the items are ids, ``lengths``
+    gives the length of the text each stands for, so batches still group similar lengths.
     """
     out: dict[str, torch.Tensor] = {}
-    batches = length_sorted_batches(texts, batch_size, lengths)
-    for batch in tqdm(batches, desc=desc, unit="batch", leave=False, mininterval=5):
-        for name, value in encode(take(texts, batch)).items():
+    for batch, items in prepared_batches(texts, batch_size, lengths, prepare, desc):
+        for name, value in encode(items).items():
             if value is None:
                 continue
             if name not in out:

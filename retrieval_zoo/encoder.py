@@ -8,13 +8,14 @@ its last hidden states (mean over real tokens, CLEAR Eq. 2–3; or [CLS], DPR an
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Callable, Mapping
 
 import torch
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from retrieval_zoo.backbones import Backbone
-from retrieval_zoo.tokens import TextLookup, TextTokenizer, TokenCache, Tokens
+from retrieval_zoo.tokens import TextLookup, TextTokenizer, TokenCache, TokenizedBatch, Tokens
 
 SIDES = ("query", "doc")
 
@@ -75,6 +76,7 @@ class Encoder(torch.nn.Module):
         if compile:
             self.model.compile()
         self._cached: dict[str, TextLookup] = {}  # side → texts whose tokens are read from a token cache
+        self.token_key = uuid.uuid4().hex  # names this encoder's tokens in a TokenizedBatch
 
     @property
     def hidden_size(self) -> int:
@@ -110,20 +112,30 @@ class Encoder(torch.nn.Module):
         lookup = self._cached.get(side)
         return lookup.lengths(texts) if lookup is not None and lookup.holds(texts) else None
 
+    def texts_tokens(self, texts: list[str], side: str) -> Tokens:
+        """(N,) texts of ``side`` → their (N, L) tokens on the CPU.
+
+        Read from the cache of :meth:`cache_texts` when every text is there, else tokenized (typed at search time).
+        """
+        if side in self._cached and self._cached[side].holds(texts):
+            return self._cached[side].tokens(texts)
+        return self.text_tokenizer()(texts, side)
+
     def tokenize(self, texts: list[str] | Tokens, side: str) -> tuple[torch.Tensor, torch.Tensor]:
         """(N,) texts of ``side`` (``query`` or ``doc``), or their :class:`Tokens` → (N, L) ids and mask on the device.
 
-        Tokens (a training batch's, made in the DataLoader; a corpus's, from its token cache) are used as they are;
-        texts given to :meth:`cache_texts` are read from their cache; other texts (typed at search time) are
-        tokenized here.
+        Tokens (a training batch's, made in the DataLoader; a corpus's, from its token cache) are used as they are, and
+        so are this encoder's tokens in a :class:`TokenizedBatch` (prepared ahead, in DataLoader workers beside an
+        accelerator); other texts go through :meth:`texts_tokens`.
         """
         if isinstance(texts, Tokens):
             tokens = texts
-        elif side in self._cached and self._cached[side].holds(texts):
-            tokens = self._cached[side].tokens(texts)
+        elif isinstance(texts, TokenizedBatch) and self.token_key in texts.tokens:
+            tokens = texts.tokens[self.token_key]
         else:
-            tokens = self.text_tokenizer()(texts, side)
-        return tokens.ids.to(self.device), tokens.mask.to(self.device)
+            tokens = self.texts_tokens(texts, side)
+        tokens = tokens.to(self.device)
+        return tokens.ids, tokens.mask
 
     def hidden_states(self, ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         """(N, L) ids and mask → (N, L, H) last hidden states of the encoder (below any MLM head)."""

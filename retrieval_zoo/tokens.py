@@ -34,12 +34,34 @@ class Tokens:
     mask: torch.Tensor
 
     def to(self, device: torch.device) -> Tokens:
-        """The same tokens on ``device``."""
-        return Tokens(self.ids.to(device), self.mask.to(device))
+        """The same tokens on ``device`` (without waiting, from page-locked memory)."""
+        return Tokens(self.ids.to(device, non_blocking=True), self.mask.to(device, non_blocking=True))
 
     def pin_memory(self) -> Tokens:
         """The same tokens in page-locked memory."""
         return Tokens(self.ids.pin_memory(), self.mask.pin_memory())
+
+
+class TokenizedBatch(list):
+    """A batch of texts (or of document ids) with the tokens each of a method's encoders reads for them.
+
+    Made where batches are prepared ahead (:func:`retrieval_zoo.batching.prepared_batches`: in DataLoader workers
+    beside an accelerator), so an encoder handed it reads its tokens from :attr:`tokens`, under its
+    :attr:`~retrieval_zoo.encoder.Encoder.token_key`, and tokenizes nothing; the strings stay for what reads them
+    (BM25's query terms, document ids).
+
+    Args:
+        items: The texts or ids.
+        tokens: Encoder key → the items' tokens for that encoder.
+    """
+
+    def __init__(self, items: list[str], tokens: dict[str, Tokens]) -> None:
+        super().__init__(items)
+        self.tokens = tokens
+
+    def pin_memory(self) -> TokenizedBatch:
+        """The same batch with its tokens in page-locked memory."""
+        return TokenizedBatch(self, {key: tokens.pin_memory() for key, tokens in self.tokens.items()})
 
 
 class TextTokenizer:

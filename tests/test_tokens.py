@@ -195,6 +195,7 @@ def test_evaluation_encodes_corpus_and_queries_from_token_caches(tiny, tiny_bm25
     spy = Spy(monkeypatch)
     evaluate_method(model, index, tiny, tiny_bm25, "dev", 20, tmp_path, method, tune_queries=5)
     handed = {side: {kind for s, kind in spy.handed if s == side} for side in ("query", "doc")}
-    assert handed == {"doc": {"Tokens"}, "query": {"list"}}  # the corpus as tokens; queries as texts, then ...
-    assert spy.tokenized == []  # ... read from their cache (built unpadded, once): the tokenizer never ran
+    docs = "TokenizedBatch" if method == "dlr_splade" else "Tokens"  # a fusion's ids come with their tokens
+    assert handed == {"doc": {docs}, "query": {"TokenizedBatch"}}  # queries as texts with their tokens, which ...
+    assert spy.tokenized == []  # ... are read from their cache (built unpadded, once): the tokenizer never ran
     assert spy.query_batches and all(batch == sorted(batch, reverse=True) for batch in spy.query_batches)

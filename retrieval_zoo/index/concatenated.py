@@ -133,7 +133,9 @@ class Concatenated(Index):
         def encode_queries(queries: dict[str, str]) -> tuple[np.ndarray, np.ndarray]:
             texts = list(queries.values())
             q_lex = projection.project(bm25.query_idf(texts)).numpy()
-            lengths = method.query_lengths(texts)
-            return q_lex, encode_all(method.encode_query, texts, method.encode_batch_size, "queries", lengths)
+            prep = method.query_prep()
+            q_semantic = encode_all(method.encode_query, texts, method.encode_batch_size, "queries",
+                                    prep.lengths(texts), prep.prepare)  # fmt: skip
+            return q_lex, q_semantic
 
         return ConcatenatedRetriever(doc_parts, encode_queries, self.weight, self.faiss.faiss_index())

@@ -19,9 +19,8 @@ from collections.abc import Callable
 from typing import Any, ClassVar
 
 import torch
-from tqdm import tqdm
 
-from retrieval_zoo.batching import LengthsOf, Texts, by_characters, length_sorted_batches, take
+from retrieval_zoo.batching import PLAIN_QUERIES, QueryPrep, Texts, prepared_batches
 from retrieval_zoo.data.collections import Collection
 from retrieval_zoo.data.formats import Run
 from retrieval_zoo.index.base import Index
@@ -48,9 +47,8 @@ def encode_bags_payload(encode: BagEncoder, texts: Texts, batch_size: int) -> Pa
     parts: list[CsfBags] = []
     tokens = torch.zeros(len(texts))
     with torch.inference_mode():
-        for batch in tqdm(length_sorted_batches(texts, batch_size), desc="encode CSFs", unit="batch", leave=False,
-                          mininterval=5):  # fmt: skip
-            bags = encode(take(texts, batch))
+        for batch, items in prepared_batches(texts, batch_size, desc="encode CSFs"):
+            bags = encode(items)
             rows = torch.tensor(batch)
             tokens[rows] = bags.tokens.float().cpu()
             parts.append(_to(bags, torch.device("cpu"), doc_index=rows))
@@ -77,7 +75,7 @@ class CsfRetriever:
         query_batch_size: Queries scored at a time.
         device: Where the lists live and are scored (default: the GPU when present), with the same tensor ops on
             either, in float32.
-        query_lengths: Query texts → their lengths in tokens, which order query batches.
+        queries: How query texts are batched: by their length in tokens, tokens prepared ahead.
     """
 
     def __init__(
@@ -89,10 +87,10 @@ class CsfRetriever:
         prune_fraction: float = 0.0,
         query_batch_size: int = 8,
         device: torch.device | str | None = None,
-        query_lengths: LengthsOf = by_characters,
+        queries: QueryPrep = PLAIN_QUERIES,
     ) -> None:
         self.encode_query, self.docids, self.query_batch_size = encode_query, shards.docids, query_batch_size
-        self.query_lengths = query_lengths
+        self.queries = queries
         self.device = torch.device(device) if device is not None else default_device()
         started = time.perf_counter()
         bags, tokens = [], []
@@ -133,9 +131,10 @@ class CsfRetriever:
         qids, texts, run = list(queries), list(queries.values()), {}
         started = time.perf_counter()
         with torch.inference_mode():
-            for rows in length_sorted_batches(texts, self.query_batch_size, self.query_lengths(texts)):
+            lengths, prepare = self.queries.lengths(texts), self.queries.prepare
+            for rows, items in prepared_batches(texts, self.query_batch_size, lengths, prepare, "search CSFs"):
                 batch = [qids[i] for i in rows]
-                bags = _to(self.encode_query([texts[i] for i in rows]), self.device)
+                bags = _to(self.encode_query(items), self.device)
                 found = [self._search_shard(bags, batch, postings, docids, k) for postings, docids in self.shards]
                 run |= merge_topk((shard_run for shard_run, _ in found), k)
                 self._count(bags, sum(pairs for _, pairs in found))
@@ -212,7 +211,7 @@ class InvertedLists(Index):
         """Inverted lists of the corpus's CSFs, one set per shard."""
         shards = self.corpus_shards(method, collection, bm25, shards)
         return CsfRetriever(method.encode_query, shards, method.vocab_size, self.prune_threshold, self.prune_fraction,
-                            self.query_batch_size, query_lengths=method.query_lengths)  # fmt: skip
+                            self.query_batch_size, queries=method.query_prep())  # fmt: skip
 
 
 def _to(bags: CsfBags, device: torch.device, doc_index: torch.Tensor | None = None) -> CsfBags:

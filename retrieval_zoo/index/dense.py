@@ -14,7 +14,7 @@ import faiss
 import numpy as np
 import torch
 
-from retrieval_zoo.batching import LengthsOf, by_characters, encode_all, encode_payload
+from retrieval_zoo.batching import PLAIN_QUERIES, QueryPrep, encode_all, encode_payload
 from retrieval_zoo.data.collections import Collection
 from retrieval_zoo.data.formats import Run
 from retrieval_zoo.index.base import Index
@@ -161,14 +161,14 @@ class DenseRetriever:
         shards: The corpus's ``vectors`` (n, dim) per shard.
         index: The (unbuilt) faiss index to fill.
         batch_size: Texts per forward pass.
-        query_lengths: Query texts → their lengths in tokens (``method.query_lengths``), which order query batches.
+        queries: How query texts are batched (``method.query_prep()``): by their length in tokens, tokens ahead.
     """
 
     def __init__(
         self, encode_query: Callable[[list[str]], torch.Tensor], shards: CorpusShards, index: FaissIndex,
-        batch_size: int = 128, query_lengths: LengthsOf = by_characters,
+        batch_size: int = 128, queries: QueryPrep = PLAIN_QUERIES,
     ) -> None:  # fmt: skip
-        self.encode_query, self.batch_size, self.query_lengths = encode_query, batch_size, query_lengths
+        self.encode_query, self.batch_size, self.queries = encode_query, batch_size, queries
         self._last: tuple[dict[str, str], np.ndarray] | None = None
         self.index = index.build_sharded([(ids, part["vectors"].numpy()) for ids, part in shards])
 
@@ -176,7 +176,8 @@ class DenseRetriever:
         """Query vectors, in the order of ``queries`` (the last call's are kept for a search and its scoring)."""
         if self._last is None or self._last[0] != queries:
             texts = list(queries.values())
-            vectors = encode_all(self.encode_query, texts, self.batch_size, "queries", self.query_lengths(texts))
+            vectors = encode_all(self.encode_query, texts, self.batch_size, "queries", self.queries.lengths(texts),
+                                 self.queries.prepare)  # fmt: skip
             self._last = (dict(queries), vectors)
         return self._last[1]
 
@@ -226,4 +227,4 @@ class Faiss(Index):
         """The corpus's vectors in a (sharded) faiss inner-product index."""
         shards = self.corpus_shards(method, collection, bm25, shards)
         return DenseRetriever(method.encode_query, shards, self.faiss_index(), method.encode_batch_size,
-                              method.query_lengths)  # fmt: skip
+                              method.query_prep())  # fmt: skip

@@ -15,7 +15,7 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
-from retrieval_zoo.batching import LengthsOf, by_characters, length_sorted_batches
+from retrieval_zoo.batching import PLAIN_QUERIES, Prepare, QueryPrep, prepared_batches
 from retrieval_zoo.data.formats import Run
 from retrieval_zoo.index.dlr import Slicing, densify, explain, hybrid
 from retrieval_zoo.index.gip import GipIndex
@@ -52,6 +52,7 @@ def represent(
     batch_size: int,
     desc: str = "densify",
     lengths: list[int] | None = None,
+    prepare: Prepare | None = None,
 ) -> tuple[np.ndarray, np.ndarray, int]:
     """DLR (or DHR, when ``encode`` returns a [CLS] part) of every text, in input order, densified batch by batch.
 
@@ -63,14 +64,14 @@ def represent(
         batch_size: Items per forward pass.
         desc: Progress-bar label.
         lengths: The items' lengths in tokens, which order the batches (default: characters).
+        prepare: Makes a batch of texts ready for ``encode`` ahead (:class:`~retrieval_zoo.batching.QueryPrep`).
 
     Returns:
         (n, M [+ c]) float16 values, (n, M [+ c]) indices, and the number of [CLS] dimensions c.
     """
     order, values, indices, cls_dims = slicing.order(), None, None, 0
-    batches = length_sorted_batches(items, batch_size, lengths)
-    for batch in tqdm(batches, desc=desc, unit="batch", leave=False, mininterval=5):
-        part_values, part_indices, cls_dims = densify_parts(*encode([items[i] for i in batch]), slicing, order, lam)
+    for batch, texts in prepared_batches(items, batch_size, lengths, prepare, desc):
+        part_values, part_indices, cls_dims = densify_parts(*encode(texts), slicing, order, lam)
         if values is None:
             values = np.empty((len(items), part_values.shape[1]), dtype=np.float16)
             indices = np.empty((len(items), part_values.shape[1]), dtype=part_indices.dtype)
@@ -113,7 +114,7 @@ class DhrRetriever(PartSearch):
         batch_size: Texts per forward pass.
         device: Where GIP runs (default: the GPU when present).
         terms: Vocabulary ids → their strings, for :meth:`explain` (default: the ids as text).
-        query_lengths: Query texts → their lengths in tokens, which order query batches.
+        queries: How query texts are batched: by their length in tokens, tokens prepared ahead.
     """
 
     def __init__(
@@ -128,9 +129,9 @@ class DhrRetriever(PartSearch):
         batch_size: int = 128,
         device: torch.device | str | None = None,
         terms: Callable[[list[int]], list[str]] | None = None,
-        query_lengths: LengthsOf = by_characters,
+        queries: QueryPrep = PLAIN_QUERIES,
     ) -> None:
-        self.encode_query, self.slicing, self.query_lengths = encode_query, slicing, query_lengths
+        self.encode_query, self.slicing, self.queries = encode_query, slicing, queries
         self.lam, self.batch_size, self.weight = lam, batch_size, lam
         self.terms = terms or (lambda ids: [str(i) for i in ids])
         self.first_stage, self.theta, self.candidates = first_stage, theta, candidates
@@ -150,8 +151,9 @@ class DhrRetriever(PartSearch):
     def represent_queries(self, queries: dict[str, str]) -> tuple[np.ndarray, np.ndarray]:
         """(Q, M [+ c]) values and indices of the queries, in the order of the dict."""
         texts = list(queries.values())
+        lengths, prepare = self.queries.lengths(texts), self.queries.prepare
         values, indices, _ = represent(self.encode_query, texts, self.slicing, self.lam, self.batch_size,
-                                       "densify queries", self.query_lengths(texts))  # fmt: skip
+                                       "densify queries", lengths, prepare)  # fmt: skip
         return values, indices
 
     def search(self, queries: dict[str, str], k: int, part: str | None = None, weight: float | None = None) -> Run:

@@ -13,7 +13,7 @@ import warnings
 
 import torch
 
-from retrieval_zoo.batching import LengthsOf, by_characters, encode_payload
+from retrieval_zoo.batching import PLAIN_QUERIES, QueryPrep, encode_payload
 from retrieval_zoo.data.formats import Run
 from retrieval_zoo.index.dhr import PartEncoder, PartSearch
 from retrieval_zoo.index.gip import default_device
@@ -70,7 +70,7 @@ class SparseRetriever(PartSearch):
         discard: Leading vocabulary ids zeroed, as the DLR drops them.
         batch_size: Texts per forward pass, and queries scored together.
         device: Where scoring runs (default: the GPU when present).
-        query_lengths: Query texts → their lengths in tokens, which order query batches.
+        queries: How query texts are batched: by their length in tokens, tokens prepared ahead.
     """
 
     def __init__(
@@ -81,10 +81,10 @@ class SparseRetriever(PartSearch):
         discard: int = 0,
         batch_size: int = 128,
         device: torch.device | str | None = None,
-        query_lengths: LengthsOf = by_characters,
+        queries: QueryPrep = PLAIN_QUERIES,
     ) -> None:
         self.encode_query, self.weight, self.discard, self.batch_size = encode_query, lam, discard, batch_size
-        self.query_lengths = query_lengths
+        self.queries = queries
         self.device = torch.device(device) if device is not None else default_device()
         docs, cls = lexical_matrix(shards, discard, batch_size)
         self.docids = shards.docids
@@ -116,7 +116,8 @@ class SparseRetriever(PartSearch):
         qids = list(queries)
         encode = lambda batch: dict(zip(("lexical", "cls"), self.encode_query(batch), strict=True))  # noqa: E731
         texts = list(queries.values())
-        encoded = encode_payload(encode, texts, self.batch_size, "encode queries (exact)", self.query_lengths(texts))
+        encoded = encode_payload(encode, texts, self.batch_size, "encode queries (exact)", self.queries.lengths(texts),
+                                 self.queries.prepare)  # fmt: skip
         lexical, cls = encoded["lexical"], encoded.get("cls") if self.cls is not None else None
         lexical[:, : self.discard] = 0
         run: Run = {}

@@ -15,7 +15,7 @@ from typing import Any, ClassVar
 
 import torch
 
-from retrieval_zoo.batching import LengthsOf, by_characters
+from retrieval_zoo.batching import PLAIN_QUERIES, QueryPrep
 from retrieval_zoo.data.collections import Collection
 from retrieval_zoo.index.base import Index
 from retrieval_zoo.index.dhr import DhrRetriever
@@ -41,7 +41,7 @@ class TermEncoder:
         terms: Vocabulary ids → their strings (for explanations).
         weight: λ of the [CLS] part as trained (Eq. 13); 1.0 without one.
         batch_size: Texts per forward pass.
-        query_lengths: Query texts → their lengths in tokens (``method.query_lengths``), which order query batches.
+        queries: How query texts are batched (``method.query_prep()``): by their length in tokens, tokens ahead.
     """
 
     encode_queries: Callable[[list[str]], tuple[torch.Tensor, torch.Tensor | None]]
@@ -51,7 +51,7 @@ class TermEncoder:
     terms: Callable[[list[int]], list[str]]
     weight: float = 1.0
     batch_size: int = 64
-    query_lengths: LengthsOf = by_characters
+    queries: QueryPrep = PLAIN_QUERIES
 
 
 class TermIndex(Index):
@@ -131,7 +131,7 @@ class Gip(TermIndex):
         slicing = Slicing(encoder.vocab_size, self.slices, encoder.discard, self.slicing)
         return DhrRetriever(
             encoder.encode_queries, shards, slicing, self.fusion_weight(encoder), self.first_stage, self.theta,
-            self.candidates, encoder.batch_size, terms=encoder.terms, query_lengths=encoder.query_lengths,
+            self.candidates, encoder.batch_size, terms=encoder.terms, queries=encoder.queries,
         )  # fmt: skip
 
 
@@ -147,4 +147,4 @@ class Sparse(TermIndex):
         """The corpus's term vectors as one sparse (or dense, when denser) matrix."""
         encoder, shards = self.encoder_and_shards(method, collection, bm25, shards)
         return SparseRetriever(encoder.encode_queries, shards, self.fusion_weight(encoder), encoder.discard,
-                               encoder.batch_size, query_lengths=encoder.query_lengths)  # fmt: skip
+                               encoder.batch_size, queries=encoder.queries)  # fmt: skip

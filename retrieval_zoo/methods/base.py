@@ -17,13 +17,13 @@ import lightning as L
 import numpy as np
 import torch
 
-from retrieval_zoo.batching import Texts
+from retrieval_zoo.batching import QueryPrep, Texts
 from retrieval_zoo.cache import fingerprint
 from retrieval_zoo.data.collections import Collection
 from retrieval_zoo.encoder import Encoder
 from retrieval_zoo.loggers import log_histogram
 from retrieval_zoo.resume import RNG_KEY, RandomState
-from retrieval_zoo.tokens import CachedTexts, TextTokenizer, TokenCache
+from retrieval_zoo.tokens import CachedTexts, TextTokenizer, TokenCache, TokenizedBatch
 from retrieval_zoo.training.datamodule import TrainBatch
 
 QUANTILES = (0.1, 0.5, 0.9)
@@ -124,15 +124,18 @@ class RetrievalMethod(L.LightningModule):
         cache = TokenCache.build(corpus, tokenizer, "doc", collection.corpus_fingerprint)
         return lambda ids: CachedTexts(cache, ids)
 
+    def encoders(self) -> list[Encoder]:
+        """The method's text encoders (a fusion's SPLADE and dense ones), in module order."""
+        return [module for module in self.modules() if isinstance(module, Encoder)]
+
     def cache_queries(self, queries: Mapping[str, str]) -> None:
         """Tokenize a query set (id → text) once for every encoder of the method, which then reads their tokens.
 
         Evaluation and validation call it before they search, so query encoding reads a token cache as training does.
         """
         content = fingerprint(sorted(queries.items()))
-        for module in self.modules():
-            if isinstance(module, Encoder):
-                module.cache_texts(queries, "query", content)
+        for encoder in self.encoders():
+            encoder.cache_texts(queries, "query", content)
 
     def query_lengths(self, texts: list[str]) -> list[int] | None:
         """Each query's length in tokens, from the token cache of :meth:`cache_queries`.
@@ -140,10 +143,21 @@ class RetrievalMethod(L.LightningModule):
         Query batches are ordered by it, as corpus batches are; None for texts not cached (or a method without an
         encoder): they go by characters.
         """
-        for module in self.modules():
-            if isinstance(module, Encoder):
-                return module.token_lengths(texts, "query")
-        return None
+        encoders = self.encoders()
+        return encoders[0].token_lengths(texts, "query") if encoders else None
+
+    def prepare_queries(self, texts: list[str]) -> TokenizedBatch:
+        """A batch of query texts with each encoder's tokens for them: from :meth:`cache_queries`'s cache, or tokenized.
+
+        Retrievers run it where batches are prepared ahead (:func:`retrieval_zoo.batching.prepared_batches`: in
+        DataLoader workers beside an accelerator), so a query typed at search time is tokenized there, not in the step.
+        """
+        return TokenizedBatch(texts, {encoder.token_key: encoder.texts_tokens(texts, "query")
+                                      for encoder in self.encoders()})  # fmt: skip
+
+    def query_prep(self) -> QueryPrep:
+        """How retrievers batch this method's queries: ordered by their length in tokens, tokens prepared ahead."""
+        return QueryPrep(self.query_lengths, self.prepare_queries)
 
     def encoding_settings(self) -> dict:
         """What besides the weights changes the method's encoding of a corpus (hashed into its cache key)."""

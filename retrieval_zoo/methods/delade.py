@@ -192,4 +192,4 @@ class DeLADE(DenseBiEncoder):
 
         terms = self.encoder.tokenizer.convert_ids_to_tokens
         return TermEncoder(encode_queries, encode_docs, self.vocab_size, BERT_DISCARD, terms, self.lambda_cls,
-                           self.encode_batch_size, self.query_lengths)  # fmt: skip
+                           self.encode_batch_size, self.query_prep())  # fmt: skip

@@ -23,7 +23,7 @@ from retrieval_zoo.lexical.bm25 import BM25
 from retrieval_zoo.lexical.sparse_rows import SparseRows
 from retrieval_zoo.lexical.splade import splade_vectors
 from retrieval_zoo.methods.base import RetrievalMethod
-from retrieval_zoo.tokens import Tokens
+from retrieval_zoo.tokens import TokenizedBatch, Tokens
 
 LEXICAL = ("bm25", "splade")
 
@@ -120,23 +120,30 @@ class DhrFusion(RetrievalMethod):
             def lexical_queries(texts: list[str]) -> torch.Tensor:
                 return splade_vectors(self.encoder.model, *self.encoder.tokenize(texts, "query"))
 
-            def lexical_docs(ids: list[str]) -> torch.Tensor:
-                return splade_vectors(self.encoder.model, *self.encoder.tokenize(read(splade_texts(ids)), "doc"))
+            def lexical_docs(ids: TokenizedBatch) -> torch.Tensor:
+                return splade_vectors(self.encoder.model, *self.encoder.tokenize(ids, "doc"))
 
             vocab_size, discard = self.encoder.vocab_size, BERT_DISCARD
             terms = self.encoder.tokenizer.convert_ids_to_tokens
 
-        def encode_docs(ids: list[str]) -> dict[str, torch.Tensor | None]:
-            semantic = self._semantic(read(dense_texts(ids)), query=False) if dense_texts else None
-            return {"lexical": lexical_docs(ids), "cls": semantic}
+        dense_encoder = self.dense.encoder if self.dense is not None else None
+        encoders = [(e, texts) for e, texts in ((self.encoder, splade_texts), (dense_encoder, dense_texts)) if texts]
+
+        def prepare_docs(ids: list[str]) -> TokenizedBatch:  # each encoder's cached tokens, gathered ahead
+            return TokenizedBatch(ids, {encoder.token_key: read(texts(ids)) for encoder, texts in encoders})
+
+        def encode_docs(ids: TokenizedBatch) -> dict[str, torch.Tensor | None]:  # ids: the encoders read the tokens
+            if len(ids.tokens) != len(encoders):
+                raise ValueError("document ids reached the encoders without their tokens (prepare_docs)")
+            return {"lexical": lexical_docs(ids), "cls": self._semantic(ids, query=False) if dense_texts else None}
 
         def encode_shard(ids: list[str]) -> Payload:  # batches by the texts' length in tokens, not the ids'
             tokenized = splade_texts or dense_texts
             lengths = tokenized(ids).lengths if tokenized else [len(corpus[d]) for d in ids]
-            return encode_payload(encode_docs, ids, self.encode_batch_size, "docs", lengths)
+            return encode_payload(encode_docs, ids, self.encode_batch_size, "docs", lengths, prepare_docs)
 
         def encode_queries(texts: list[str]) -> tuple[torch.Tensor, torch.Tensor | None]:
             return lexical_queries(texts), self._semantic(texts, query=True)
 
         return TermEncoder(encode_queries, encode_shard, vocab_size, discard, terms, 1.0, self.encode_batch_size,
-                           self.query_lengths)  # fmt: skip
+                           self.query_prep())  # fmt: skip
