@@ -106,3 +106,16 @@ def format_table(results: Mapping[str, Mapping[str, float]], title: str = "syste
     for system, metrics in results.items():
         lines.append(f"| {system} | " + " | ".join(f"{metrics[n]:.4f}" for n in names) + " |")
     return "\n".join(lines)
+
+
+def top_k_overlap(run: Run, reference: Run, k: int = 10) -> float:
+    """Mean over the queries ``reference`` answers of |top k ∩ reference's top k| / |reference's top k|.
+
+    How far an approximate or quantized search (an engine's) agrees with the exact one; both top k in trec_eval's
+    order (:func:`retrieval_zoo.data.formats.top_k`).
+    """
+    found, expected = top_k(run, k), top_k(reference, k)
+    shares = [len(found.get(qid, {}).keys() & docs.keys()) / len(docs) for qid, docs in expected.items() if docs]
+    if not shares:
+        raise ValueError("the reference run answers no query")
+    return sum(shares) / len(shares)

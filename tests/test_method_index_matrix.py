@@ -20,6 +20,7 @@ from omegaconf import OmegaConf
 
 from retrieval_zoo.index.base import compatible, fused_parts
 from retrieval_zoo.index.dhr import DhrRetriever
+from retrieval_zoo.index.impact import BmpRetriever, quantize, query_impacts
 from retrieval_zoo.index.shards import CorpusShards
 from retrieval_zoo.pipeline import check_method_and_index
 
@@ -93,9 +94,17 @@ def term_scores(model, retriever, tiny, bm25, texts: list[str], payload) -> torc
         return gip(as_tensor(qv), as_tensor(qi), as_tensor(dv), as_tensor(di))
     q_lex, d_lex = q_lex.clone(), payload["lexical"].clone()
     q_lex[:, : encoder.discard], d_lex[:, : encoder.discard] = 0, 0
+    if isinstance(retriever, BmpRetriever):  # the engine holds quantized impacts, mapped back by their scales
+        for row, weights in enumerate(q_lex[:, encoder.discard :]):
+            impacts, scale = query_impacts(weights, retriever.term_max)
+            q_lex[row, encoder.discard :] = impacts / scale
+        d_lex = (quantize(d_lex, retriever.scale) / retriever.scale).float()
     scores = q_lex @ d_lex.T
+    lexical_matches = scores > 0
     if q_cls is not None:
         scores += retriever.weight * (q_cls @ payload["cls"].T)
+    if isinstance(retriever, BmpRetriever):  # the engine returns the documents its impacts match (then fused)
+        scores[~lexical_matches] = -torch.inf
     return scores
 
 
@@ -108,8 +117,23 @@ def assert_same_run(found: dict, expected: dict, atol: float) -> None:
         assert {d for d, s in docs.items() if s > last + atol} <= set(found[qid]), qid
 
 
+def assert_engine_run(found: dict, expected: dict, every_score: dict) -> None:
+    """BMP's run: each document it returns scored exactly (its quantized impacts), 95% of the top K found.
+
+    bmp 0.2.8 never scores the last block its search queues (``retrieval_zoo/index/impact.py``): on these random,
+    dense vectors, whose blocks have near-equal bounds, asking for twice k does not always keep that block out of
+    the top k.
+    """
+    assert found.keys() == expected.keys()
+    for qid, docs in found.items():
+        assert all(abs(score - every_score[qid][docid]) < 1e-3 for docid, score in docs.items()), qid
+    shared = sum(len(found[qid].keys() & docs.keys()) for qid, docs in expected.items())
+    assert shared >= 0.95 * sum(len(docs) for docs in expected.values())
+
+
 def top(scores: dict[str, dict[str, float]], k: int) -> dict[str, dict[str, float]]:
-    return {q: dict(sorted(docs.items(), key=lambda x: -x[1])[:k]) for q, docs in scores.items()}
+    found = {q: {d: s for d, s in docs.items() if s > -np.inf} for q, docs in scores.items()}  # -inf: not a candidate
+    return {q: dict(sorted(docs.items(), key=lambda x: -x[1])[:k]) for q, docs in found.items()}
 
 
 @pytest.mark.parametrize("index_name", INDEXES)
@@ -132,7 +156,8 @@ def test_method_index(method_name: str, index_name: str, tiny, tiny_bm25) -> Non
         as_encoded = lambda ids: {name: value.clone() for name, value in corpus.items()}  # noqa: E731
         retriever = index.build(model, tiny, tiny_bm25, CorpusShards.on_demand(docids, as_encoded, len(docids)))
         run = retriever.search(queries, K)
-    assert all(0 < len(docs) <= K for docs in run.values())
+    engine = isinstance(retriever, BmpRetriever)  # it returns only documents its quantized impacts match
+    assert all(0 < len(docs) <= K or engine and not docs for docs in run.values()) and any(run.values())
     expected = brute_force(model, index, retriever, tiny, tiny_bm25, queries, corpus)
     parts = fused_parts(retriever)
     if parts and hasattr(retriever, "bm25"):  # a union: BM25's and the vectors' candidates, each scored by both
@@ -146,10 +171,13 @@ def test_method_index(method_name: str, index_name: str, tiny, tiny_bm25) -> Non
         for qid, docid in union:  # Eq. 8 / the naive sum with both scores exact, brute force for the dense one
             fused[qid][docid] = weights[0] * float(bm25_everywhere[qid, docid]) + weights[1] * expected[qid][docid]
         assert_same_run(run, top(fused, K), 1e-3)
+    elif engine:
+        assert_engine_run(run, top(expected, K), expected)
     else:
         atol = 2e-2 if isinstance(retriever, DhrRetriever) or method_name == "bm25" else 1e-3  # float16; Lucene
         assert_same_run(run, top(expected, K), atol)
     with torch.inference_mode():
         eleven = CorpusShards.on_demand(docids, encode, 37)
         assert len(eleven) == 11
-        assert_same_run(index.build(model, tiny, tiny_bm25, eleven).search(queries, K), run, 2e-2)
+        resharded = index.build(model, tiny, tiny_bm25, eleven).search(queries, K)
+        (assert_engine_run(resharded, top(expected, K), expected) if engine else assert_same_run(resharded, run, 2e-2))

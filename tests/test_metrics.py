@@ -75,3 +75,14 @@ def test_reciprocal_rank_fusion_by_hand() -> None:
     fused = reciprocal_rank_fusion([a, b], k=60)
     assert fused["q"] == pytest.approx({"x": 1 / 61, "y": 1 / 62 + 1 / 61, "z": 1 / 62})
     assert list(top_k(fused, 1)["q"]) == ["y"]
+
+
+def test_top_k_overlap_by_hand() -> None:
+    from retrieval_zoo.evaluation import top_k_overlap
+
+    reference = {"q1": {"a": 3.0, "b": 2.0, "c": 1.0}, "q2": {"x": 1.0}, "q3": {}}
+    run = {"q1": {"a": 9.0, "c": 8.0, "d": 7.0}, "q2": {"y": 1.0}}  # q1 shares a, c of its top 2; q2 nothing
+    assert top_k_overlap(run, reference, k=2) == pytest.approx((1 / 2 + 0 / 1) / 2)  # q3 has no top k: not counted
+    assert top_k_overlap(run, reference, k=3) == pytest.approx((2 / 3 + 0) / 2)
+    with pytest.raises(ValueError, match="answers no query"):
+        top_k_overlap(run, {"q3": {}})
