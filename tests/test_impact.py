@@ -38,18 +38,23 @@ def test_document_weights_round_to_impacts_by_one_scale() -> None:
 
 
 def test_query_impacts_put_the_largest_weight_at_32_and_leave_out_unmatched_terms() -> None:
-    impacts, scale = query_impacts(torch.tensor([0.5, 1.0, 0.25, 0.0, 0.7]), torch.tensor([255, 255, 255, 255, 0]))
-    assert scale == 32.0 and impacts.tolist() == [16, 32, 8, 0, 0]  # the last term: no document has it
+    weights, term_max = torch.tensor([0.5, 1.0, 0.25, 0.0, 0.7]), torch.tensor([255, 255, 255, 255, 0])
+    impacts, scale, cut = query_impacts(weights, term_max)
+    assert scale == 32.0 and impacts.tolist() == [16, 32, 8, 0, 0] and cut == 0  # the last term: no document has it
 
 
-def test_a_long_query_keeps_its_heaviest_terms_while_no_score_can_pass_16_bits() -> None:
+def test_a_long_query_is_searched_coarser_then_cut_so_that_no_score_can_pass_16_bits() -> None:
     weights = torch.tensor([1.0, 0.9, 0.8, 0.7, 0.6, 0.5, 0.4, 0.3, 0.2, 0.1])
-    impacts, _ = query_impacts(weights, torch.full((10,), 255))
-    # 32·255 + 29·255 + 26·255 + 22·255 + 19·255 + 16·255 + 13·255 = 157·255 = 40,035; + 10·255 = 42,585;
-    # + 6·255 = 44,115; + 3·255 = 44,880: all fit
-    assert impacts.tolist() == [32, 29, 26, 22, 19, 16, 13, 10, 6, 3]
-    impacts, _ = query_impacts(torch.ones(10), torch.full((10,), 255))
-    assert impacts.tolist() == [32] * 8 + [0, 0]  # 8 · 32 · 255 = 65,280 ≤ 65,535 < 9 · 32 · 255
+    impacts, scale, cut = query_impacts(weights, torch.full((10,), 255))
+    # (32 + 29 + 26 + 22 + 19 + 16 + 13 + 10 + 6 + 3) · 255 = 176 · 255 = 44,880 ≤ 65,535: kept at 32 levels
+    assert impacts.tolist() == [32, 29, 26, 22, 19, 16, 13, 10, 6, 3] and scale == 32.0 and cut == 0
+    impacts, scale, cut = query_impacts(torch.ones(10), torch.full((10,), 255))
+    # 10 · 32 · 255 = 81,600: the scale goes down by 65,535 / 81,600 to 25.7 (10 · 26 · 255 = 66,300, still over),
+    # then by 65,535 / 66,300 to 25.4: 10 · 25 · 255 = 63,750
+    assert impacts.tolist() == [25] * 10 and 25 <= scale < 25.5 and cut == 0
+    impacts, scale, cut = query_impacts(torch.ones(40), torch.full((40,), 255))
+    # even at 8 levels 40 · 8 · 255 = 81,600: the terms past 32 (32 · 8 · 255 = 65,280) are cut
+    assert impacts.tolist() == [8] * 32 + [0] * 8 and scale == 8.0 and cut == 8
     assert int((impacts * 255).sum()) <= SCORE_LIMIT
 
 
@@ -70,17 +75,14 @@ def test_bmp_scores_the_quantized_inner_product_worked_by_hand() -> None:
     assert retriever.lexical_nonzero == 6 / 40
 
 
-def test_a_query_past_16_bits_still_finds_its_top_document() -> None:
-    rows = [[0.0] * VOCAB for _ in range(16)]
-    rows[5] = [1.0] * VOCAB  # 255 on every term: 6 · 32 · 255 would wrap around in bmp 0.2.8
-    rows[9] = [0.9] * VOCAB
-    retriever = BmpRetriever(query_encoder({"q": [1.0] * VOCAB}), corpus(rows), lam=1.0, discard=0, block_size=4)
-    run = retriever.search({"q1": "q"}, 2)
-    assert list(run["q1"]) == ["d5", "d9"] and retriever.pruned_queries == 0  # 6 · 32 · 255 = 48,960 fits
-    rows = [[0.0] * 12 for _ in range(16)]
-    rows[5], rows[9] = [1.0] * 12, [0.9] * 12
-    retriever = BmpRetriever(query_encoder({"q": [1.0] * 12}), corpus(rows), lam=1.0, discard=0, block_size=4)
-    assert list(retriever.search({"q1": "q"}, 2)["q1"]) == ["d5", "d9"] and retriever.pruned_queries == 1
+def test_a_query_past_16_bits_still_finds_its_top_documents() -> None:
+    for terms, pruned, kept in ((12, 0, 12), (40, 1, 32)):  # 12 terms: searched at 21 levels; 40: 8 levels, 8 cut
+        rows = [[0.0] * terms for _ in range(16)]
+        rows[5], rows[9] = [1.0] * terms, [0.9] * terms  # 255 and 230 on every term: 12 · 32 · 255 would wrap around
+        retriever = BmpRetriever(query_encoder({"q": [1.0] * terms}), corpus(rows), lam=1.0, discard=0, block_size=4)
+        run = retriever.search({"q1": "q"}, 2)["q1"]
+        assert list(run) == ["d5", "d9"] and retriever.pruned_queries == pruned
+        assert run["d5"] == pytest.approx(kept * 1.0 * 1.0, rel=0.03)  # the kept terms, at 21 or 8 query levels
 
 
 def test_the_cls_part_reranks_the_engines_candidates_and_searches_alone() -> None:
@@ -112,3 +114,31 @@ def test_bad_settings_and_too_many_terms_are_clear_errors(monkeypatch) -> None:
     rows = [[1.0, 1.0, 1.0, 0.0, 0.0, 0.0]] * 16
     with pytest.raises(ValueError, match="3 distinct terms; BMP .* indexes at most 2"):
         BmpRetriever(query_encoder({}), corpus(rows), lam=1.0, discard=0)
+
+
+@pytest.mark.slow
+def test_bmp_ranks_as_exact_search_over_its_impacts_on_the_embedded_collection(tmp_path) -> None:
+    """BM25's DLR vectors of the 10k-document collection, 1,200 dev queries at k = 1000 (the README's table)."""
+    from benchmarks.common import composed
+    from benchmarks.sparse_engines import quantized_reference
+    from retrieval_zoo.data.collections import embedded
+    from retrieval_zoo.evaluation import evaluate, top_k_overlap
+    from retrieval_zoo.index.terms import Sparse
+    from retrieval_zoo.lexical.bm25 import BM25
+
+    collection, model = embedded("default"), composed("method", "dlr_bm25").eval()
+    queries, qrels, bm25 = collection.judged_queries("dev"), collection.qrels["dev"], BM25(collection)
+    shards = CorpusShards(list(collection.corpus), 4096, tmp_path / "shards")
+    encode = Sparse().doc_encoder(model, collection, bm25)
+    with torch.inference_mode():
+        for shard in shards.missing():
+            shards.write(shard, encode(shards.shard_docids(shard)))
+        engine = Bmp().build(model, collection, bm25, shards)
+        runs = {name: retriever.search(queries, 1000, part="lexical") for name, retriever in (
+            ("exact", Sparse().build(model, collection, bm25, shards)), ("bmp", engine),
+            ("impacts", quantized_reference(engine, shards, tmp_path / "quantized")))}  # fmt: skip
+    mrr = {name: evaluate(run, qrels)["MRR@10"] for name, run in runs.items()}
+    assert abs(mrr["bmp"] - mrr["exact"]) <= 0.002  # issue 21's bound
+    assert top_k_overlap(runs["bmp"], runs["impacts"], 10) >= 0.995  # the engine searches its impacts exactly ...
+    assert top_k_overlap(runs["bmp"], runs["exact"], 10) >= 0.975  # ... and 8-bit impacts cost 2% (0.982 measured)
+    assert engine.pruned_queries == 0

@@ -96,7 +96,7 @@ def term_scores(model, retriever, tiny, bm25, texts: list[str], payload) -> torc
     q_lex[:, : encoder.discard], d_lex[:, : encoder.discard] = 0, 0
     if isinstance(retriever, BmpRetriever):  # the engine holds quantized impacts, mapped back by their scales
         for row, weights in enumerate(q_lex[:, encoder.discard :]):
-            impacts, scale = query_impacts(weights, retriever.term_max)
+            impacts, scale, _ = query_impacts(weights, retriever.term_max)
             q_lex[row, encoder.discard :] = impacts / scale
         d_lex = (quantize(d_lex, retriever.scale) / retriever.scale).float()
     scores = q_lex @ d_lex.T

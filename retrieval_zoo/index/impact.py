@@ -11,9 +11,9 @@ quantized weights.
 
 bmp 0.2.8 has limits of its own, which this module works around (tested in ``tests/test_impact.py``):
 - It adds scores, and block upper bounds, in 16 bits: a sum above 65,535 wraps around (a top document would sink, a
-  block be wrongly pruned). So a query keeps its terms, highest weight first, only while the sum of their impacts
-  times each term's largest document impact stays within 65,535; the lowest-weighted terms of a long query are left
-  out (:attr:`BmpRetriever.pruned_queries` counts the queries that lost any).
+  block be wrongly pruned). So where a query's impacts times each term's largest document impact could sum past
+  65,535, its scale is lowered until they cannot, down to 8 levels for its largest weight, and past that its
+  lowest-weighted terms are cut (:attr:`BmpRetriever.pruned_queries` counts the queries that lost any).
 - Its search loop never scores the last block it queues, the one of lowest upper bound. So the index ends with a
   sentinel block (documents holding only :data:`SENTINEL`, impact 1; every query asks for it at weight 1), whose
   bound of 1 is the lowest there is: when the search queues every block that matches (a query that matches fewer
@@ -57,6 +57,7 @@ from retrieval_zoo.lexical.bm25 import BM25
 
 LEVELS = 255  # BMP stores 8-bit document impacts
 QUERY_LEVELS = 32  # and rescales each query so that its largest weight is 32 (bmp 0.2.8's MAX_TERM_WEIGHT)
+QUERY_MIN_LEVELS = 8  # a long query is searched at down to 8 levels before its lowest-weighted terms are cut
 SCORE_LIMIT = 65_535  # bmp 0.2.8 adds scores in 16 bits
 TERM_LIMIT = 65_536  # and numbers terms in 16 bits
 ANCHOR = "\x00"  # a term no document has: at QUERY_LEVELS it keeps BMP from rescaling the query
@@ -79,20 +80,27 @@ def quantize(weights: torch.Tensor, scale: float) -> torch.Tensor:
     return torch.round(weights.double() * scale).to(torch.int64)
 
 
-def query_impacts(weights: torch.Tensor, term_max: torch.Tensor) -> tuple[torch.Tensor, float]:
-    """A query's (|V|,) weights → its integer impacts (1..:data:`QUERY_LEVELS`; 0 for terms left out) and their scale.
+def query_impacts(weights: torch.Tensor, term_max: torch.Tensor) -> tuple[torch.Tensor, float, int]:
+    """A query's (|V|,) weights → its integer impacts (0 for terms left out), their scale, and the terms cut.
 
-    The scale puts the largest weight at :data:`QUERY_LEVELS`. Terms no document has are left out, and so are the
-    lowest-weighted terms past the point where the impacts times ``term_max`` (|V|,), each term's largest document
-    impact, would sum beyond :data:`SCORE_LIMIT`: no document's score, nor a block's bound, can then pass it. The
-    largest-weighted term alone always fits (32 · 255 < 65,535).
+    The scale puts the largest weight at :data:`QUERY_LEVELS`. Where the impacts times ``term_max`` (|V|,), each
+    term's largest document impact, could sum past :data:`SCORE_LIMIT`, the scale is lowered until they cannot, but
+    not below :data:`QUERY_MIN_LEVELS` for the largest weight; past that, the lowest-weighted terms are cut. Terms no
+    document has are left out. No document's score, nor a block's bound, can then pass the limit.
     """
-    scale = QUERY_LEVELS / float(weights.max())
-    impacts = torch.where(term_max > 0, quantize(weights, scale), 0)
+    largest = float(weights.max())
+    scale, floor = QUERY_LEVELS / largest, QUERY_MIN_LEVELS / largest
+    while True:
+        impacts = torch.where(term_max > 0, quantize(weights, scale), 0)
+        bound = int((impacts * term_max).sum())
+        if bound <= SCORE_LIMIT or scale <= floor:
+            break
+        scale = max(floor, scale * SCORE_LIMIT / bound * (1 - 1e-9))
     order = torch.argsort(weights, descending=True, stable=True)
-    kept = torch.cumsum(impacts[order] * term_max[order], dim=0) <= SCORE_LIMIT
-    impacts[order[~kept]] = 0
-    return impacts, scale
+    cut = order[torch.cumsum(impacts[order] * term_max[order], dim=0) > SCORE_LIMIT]
+    cut = cut[impacts[cut] > 0]
+    impacts[cut] = 0
+    return impacts, scale, len(cut)
 
 
 def scan(shards: CorpusShards, discard: int) -> tuple[float, torch.Tensor, torch.Tensor | None]:
@@ -199,8 +207,8 @@ class BmpRetriever(PartSearch):
 
     def _lexical(self, weights: torch.Tensor, depth: int) -> tuple[np.ndarray, np.ndarray]:
         """The engine's top ``depth`` for one query's (|V| - discard,) weights: rows and scores on the float scale."""
-        impacts, query_scale = query_impacts(weights, self.term_max)
-        self.pruned_queries += bool(((impacts == 0) & (weights > 0) & (self.term_max > 0)).any())
+        impacts, query_scale, cut = query_impacts(weights, self.term_max)
+        self.pruned_queries += bool(cut)
         terms = torch.nonzero(impacts > 0).flatten()
         if not len(terms):
             return np.zeros(0, dtype=np.int64), np.zeros(0)
