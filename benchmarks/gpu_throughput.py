@@ -31,7 +31,7 @@ from collections.abc import Callable
 import torch
 from lightning.fabric.utilities.apply_func import move_data_to_device
 
-from benchmarks.common import composed, header, side_by_side
+from benchmarks.common import composed, header, side_by_side, small_bags
 from retrieval_zoo.data.collections import Collection, embedded
 from retrieval_zoo.encoder import Encoder
 from retrieval_zoo.index.csf import InvertedLists
@@ -172,6 +172,8 @@ def measure(args: argparse.Namespace, collection: Collection, bm25: BM25) -> Non
     print("|---|---|---|---|---|---|---|")
     for method in args.methods.split(","):
         model, index = composed("method", method, f"backbone={args.backbone}", also=("index",))
+        if args.backbone.endswith("_random"):
+            small_bags(model)  # CSurF's bags as small as trained ones are, not the whole vocabulary
         model = model.to(device)
         for encoder in (m for m in model.modules() if isinstance(m, Encoder)) if args.compile else ():
             encoder.model.compile()  # what method.encoder.compile=true does, for every backbone of the method

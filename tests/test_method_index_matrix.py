@@ -18,6 +18,7 @@ from hydra import compose, initialize_config_dir
 from hydra.utils import get_class, instantiate
 from omegaconf import OmegaConf
 
+from benchmarks.common import small_bags
 from retrieval_zoo.index.base import compatible, fused_parts
 from retrieval_zoo.index.dhr import DhrRetriever
 from retrieval_zoo.index.impact import BmpRetriever, quantize, query_impacts
@@ -45,13 +46,6 @@ def composed(method: str, index: str):
 
 def pair_is_compatible(cfg) -> bool:
     return compatible(get_class(cfg.method._target_), get_class(cfg.index._target_))
-
-
-def small_bags(model) -> None:
-    """A random MLM head expands to most of the vocabulary: a negative bias keeps CSurF's bags small, as trained."""
-    if hasattr(model, "vector_projection"):
-        with torch.no_grad():
-            model.encoder.model.cls.predictions.bias.fill_(-0.3)
 
 
 def brute_force(model, index, retriever, tiny, bm25, queries, payload) -> dict[str, dict[str, float]]:
