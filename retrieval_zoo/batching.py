@@ -122,10 +122,13 @@ def prepared_batches(
         workers: DataLoader workers; default :func:`prep_workers`.
     """
     batches = length_sorted_batches(texts, batch_size, lengths)
+    # A DataLoader draws its workers' base seed from its generator, the global one by default: encoding during
+    # validation would then move training's random stream (dropout, shuffling) and the run's results.
     workers = prep_workers() if workers is None else workers
     loader = DataLoader(_PreparedBatches(texts, batches, prepare), batch_size=None, collate_fn=_as_is,
                         num_workers=workers, pin_memory=workers > 0 and torch.cuda.is_available(),
-                        multiprocessing_context="fork" if workers else None)  # fmt: skip
+                        multiprocessing_context="fork" if workers else None,
+                        generator=torch.Generator().manual_seed(0))  # fmt: skip
     progress = tqdm(loader, desc=desc, unit="batch", leave=False, mininterval=5)
     yield from zip(batches, progress, strict=True)
 

@@ -58,6 +58,16 @@ def test_batches_come_in_length_order_with_their_rows() -> None:
     assert got == [([3, 1], ["A BB CCC DDDD", "A BB CCC"]), ([2, 4], ["A BB", "A B"]), ([0], ["A"])]
 
 
+@pytest.mark.parametrize("workers", [0, 1])
+def test_encoding_leaves_the_global_random_stream_alone(workers: int) -> None:
+    """Validation encodes through these batches between training steps; it must not move training's dropout."""
+    torch.manual_seed(7)
+    expected = torch.rand(3)
+    torch.manual_seed(7)
+    list(batching.prepared_batches(["a", "b c", "d"], 2, workers=workers))
+    assert torch.equal(torch.rand(3), expected)
+
+
 def test_workers_tokenize_typed_queries_and_gather_cached_tokens_with_equal_results(
     tiny, tiny_bm25, cache_dir, tmp_path, monkeypatch
 ) -> None:
