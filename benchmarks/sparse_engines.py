@@ -1,10 +1,11 @@
-"""Learned sparse search in an existing engine (BMP) against the project's exact sparse search, side by side.
+"""Learned sparse search in existing engines (BMP, Lucene impact) against the project's exact sparse search.
 
 On the embedded collection's dev queries, a ``term_weights`` method's lexical vectors (the untrained SPLADE-tiny of
 ``dlr_splade`` by default; ``--method dlr_bm25``; or a trained DeLADE run with ``--run-dir``, its lexical part) are
-encoded once into shards on disk; the exact sparse index (``index=sparse``) and BMP (``index=bmp``) are built from
-them. Printed: ms a query (k = 1000, the same queries, encoded before, best of 3 in alternation), MRR@10, R@1000
-and their difference from exact, the overlap of each query's top 10 with the exact top 10, and both index sizes.
+encoded once into shards on disk; the exact sparse index (``index=sparse``), BMP (``index=bmp``) and Anserini's
+impact search (``index=lucene_impact``) are built from them, with exact search over each engine's quantized impacts.
+Printed: ms a query (k = 1000, the same queries, encoded before, best of 3 in alternation), MRR@10, R@1000 and
+their difference from exact, the overlap of each query's top 10 with the exact top 10, and the index sizes.
 
     python -m benchmarks.sparse_engines [--method dlr_splade] [--run-dir outputs/<run>] [--timed-queries 200]
 """
@@ -20,7 +21,9 @@ import torch
 from benchmarks.common import composed, header, side_by_side
 from retrieval_zoo.data.collections import embedded
 from retrieval_zoo.evaluation import evaluate, top_k_overlap
-from retrieval_zoo.index.impact import Bmp, BmpRetriever, quantize, query_impacts
+from retrieval_zoo.index.bmp import Bmp
+from retrieval_zoo.index.impact import ImpactRetriever, quantize
+from retrieval_zoo.index.lucene_impact import LuceneImpact
 from retrieval_zoo.index.shards import CorpusShards
 from retrieval_zoo.index.sparse import SparseRetriever
 from retrieval_zoo.index.terms import Sparse
@@ -40,8 +43,8 @@ def memoized(encode):
     return encode_once
 
 
-def quantized_reference(engine: BmpRetriever, shards: CorpusShards, folder: Path) -> SparseRetriever:
-    """Exact search over BMP's quantized impacts (mapped back by their scales): what BMP itself should return."""
+def quantized_reference(engine: ImpactRetriever, shards: CorpusShards, folder: Path) -> SparseRetriever:
+    """Exact search over an engine's quantized impacts (mapped back by their scales): what it should return."""
     discard, quantized = engine.discard, CorpusShards(shards.docids, shards.shard_size, folder)
     for shard, (_, payload) in enumerate(shards):
         lexical = payload["lexical"].clone()
@@ -53,7 +56,7 @@ def quantized_reference(engine: BmpRetriever, shards: CorpusShards, folder: Path
         lexical = engine.encode_query(batch)[0].clone()
         lexical[:, :discard] = 0
         for row in lexical:
-            impacts, scale, _ = query_impacts(row[discard:], engine.term_max)
+            impacts, scale = engine.query_impacts(row[discard:])
             row[discard:] = impacts / scale
         return lexical, None
 
@@ -83,11 +86,14 @@ def main() -> None:
         encode = sparse.doc_encoder(model, collection, bm25)
         for shard in shards.missing():
             shards.write(shard, encode(shards.shard_docids(shard)))
-        engine = bmp.build(model, collection, bm25, shards)
+        engine, lucene = (index.build(model, collection, bm25, shards) for index in (bmp, LuceneImpact()))
         retrievers = {"exact sparse (index=sparse)": sparse.build(model, collection, bm25, shards),
                       "exact search over BMP's impacts (the quantization alone)":
                           quantized_reference(engine, shards, Path(folder) / "quantized"),
-                      "BMP, α = β = 1 (index=bmp)": engine}  # fmt: skip
+                      "BMP, α = β = 1 (index=bmp)": engine,
+                      "exact search over Lucene's impacts":
+                          quantized_reference(lucene, shards, Path(folder) / "quantized_lucene"),
+                      "Lucene impact search (index=lucene_impact)": lucene}  # fmt: skip
         for retriever in retrievers.values():
             retriever.encode_query = memoized(retriever.encode_query)
         timed = dict(list(queries.items())[: args.timed_queries])

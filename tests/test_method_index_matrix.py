@@ -20,8 +20,9 @@ from omegaconf import OmegaConf
 
 from benchmarks.common import small_bags
 from retrieval_zoo.index.base import compatible, fused_parts
+from retrieval_zoo.index.bmp import BmpRetriever
 from retrieval_zoo.index.dhr import DhrRetriever
-from retrieval_zoo.index.impact import BmpRetriever, quantize, query_impacts
+from retrieval_zoo.index.impact import ImpactRetriever, quantize
 from retrieval_zoo.index.shards import CorpusShards
 from retrieval_zoo.pipeline import check_method_and_index
 
@@ -41,6 +42,9 @@ def composed(method: str, index: str):
             OmegaConf.update(cfg, f"{node}.doc_max_length", 8)
     if "depth" in cfg.index:
         OmegaConf.update(cfg, "index.depth", 50)
+    if index == "lucene_impact":  # impacts become term frequencies: the random model's dense vectors, kept sparse
+        OmegaConf.update(cfg, "index.doc_levels", 1)
+        OmegaConf.update(cfg, "index.query_levels", 1)
     return cfg
 
 
@@ -88,16 +92,16 @@ def term_scores(model, retriever, tiny, bm25, texts: list[str], payload) -> torc
         return gip(as_tensor(qv), as_tensor(qi), as_tensor(dv), as_tensor(di))
     q_lex, d_lex = q_lex.clone(), payload["lexical"].clone()
     q_lex[:, : encoder.discard], d_lex[:, : encoder.discard] = 0, 0
-    if isinstance(retriever, BmpRetriever):  # the engine holds quantized impacts, mapped back by their scales
+    if isinstance(retriever, ImpactRetriever):  # the engine holds quantized impacts, mapped back by their scales
         for row, weights in enumerate(q_lex[:, encoder.discard :]):
-            impacts, scale, _ = query_impacts(weights, retriever.term_max)
+            impacts, scale = retriever.query_impacts(weights)
             q_lex[row, encoder.discard :] = impacts / scale
         d_lex = (quantize(d_lex, retriever.scale) / retriever.scale).float()
     scores = q_lex @ d_lex.T
     lexical_matches = scores > 0
     if q_cls is not None:
         scores += retriever.weight * (q_cls @ payload["cls"].T)
-    if isinstance(retriever, BmpRetriever):  # the engine returns the documents its impacts match (then fused)
+    if isinstance(retriever, ImpactRetriever):  # the engine returns the documents its impacts match (then fused)
         scores[~lexical_matches] = -torch.inf
     return scores
 
@@ -114,7 +118,7 @@ def assert_same_run(found: dict, expected: dict, atol: float) -> None:
 def assert_engine_run(found: dict, expected: dict, every_score: dict) -> None:
     """BMP's run: each document it returns scored exactly (its quantized impacts), 95% of the top K found.
 
-    bmp 0.2.8 never scores the last block its search queues (``retrieval_zoo/index/impact.py``): on these random,
+    bmp 0.2.8 never scores the last block its search queues (``retrieval_zoo/index/bmp.py``): on these random,
     dense vectors, whose blocks have near-equal bounds, asking for twice k does not always keep that block out of
     the top k.
     """
@@ -150,7 +154,7 @@ def test_method_index(method_name: str, index_name: str, tiny, tiny_bm25) -> Non
         as_encoded = lambda ids: {name: value.clone() for name, value in corpus.items()}  # noqa: E731
         retriever = index.build(model, tiny, tiny_bm25, CorpusShards.on_demand(docids, as_encoded, len(docids)))
         run = retriever.search(queries, K)
-    engine = isinstance(retriever, BmpRetriever)  # it returns only documents its quantized impacts match
+    engine = isinstance(retriever, ImpactRetriever)  # it returns only documents its quantized impacts match
     assert all(0 < len(docs) <= K or engine and not docs for docs in run.values()) and any(run.values())
     expected = brute_force(model, index, retriever, tiny, tiny_bm25, queries, corpus)
     parts = fused_parts(retriever)
@@ -165,7 +169,7 @@ def test_method_index(method_name: str, index_name: str, tiny, tiny_bm25) -> Non
         for qid, docid in union:  # Eq. 8 / the naive sum with both scores exact, brute force for the dense one
             fused[qid][docid] = weights[0] * float(bm25_everywhere[qid, docid]) + weights[1] * expected[qid][docid]
         assert_same_run(run, top(fused, K), 1e-3)
-    elif engine:
+    elif isinstance(retriever, BmpRetriever):
         assert_engine_run(run, top(expected, K), expected)
     else:
         atol = 2e-2 if isinstance(retriever, DhrRetriever) or method_name == "bm25" else 1e-3  # float16; Lucene
@@ -174,4 +178,7 @@ def test_method_index(method_name: str, index_name: str, tiny, tiny_bm25) -> Non
         eleven = CorpusShards.on_demand(docids, encode, 37)
         assert len(eleven) == 11
         resharded = index.build(model, tiny, tiny_bm25, eleven).search(queries, K)
-        (assert_engine_run(resharded, top(expected, K), expected) if engine else assert_same_run(resharded, run, 2e-2))
+        if isinstance(retriever, BmpRetriever):
+            assert_engine_run(resharded, top(expected, K), expected)
+        else:
+            assert_same_run(resharded, run, 2e-2)

@@ -15,6 +15,7 @@ from tqdm import tqdm
 from retrieval_zoo.lexical.java import pyserini_lucene
 
 BOOLEAN_OCCUR = "org.apache.lucene.search.BooleanClause$Occur"
+MAX_QUERY_TERMS = 1 << 20  # Lucene's default of 1,024 clauses is fewer than a DeLADE query's terms
 
 
 def run_main(java_class: str, args: list[str]) -> None:
@@ -169,3 +170,37 @@ def document_frequencies(index_dir: str, terms: list[str]) -> list[int]:
     """Document frequency of each analysed term."""
     reader = _reader(index_dir)
     return [_document_frequency(reader, t) for t in terms]
+
+
+@cache
+def _impact_searcher(index_dir: str) -> Any:
+    _, _, autoclass = pyserini_lucene()
+    autoclass("org.apache.lucene.search.IndexSearcher").setMaxClauseCount(MAX_QUERY_TERMS)  # dense queries
+    return autoclass("io.anserini.search.SimpleImpactSearcher")(index_dir)
+
+
+def impact_search(index_dir: str, queries: list[dict[str, int]], k: int) -> list[tuple[list, list]]:
+    """Each query's top ``k`` (document names, scores) by Σ query impact × document impact (Anserini's impact search).
+
+    One search a query: ``SimpleImpactSearcher.batch_search`` completes none of its tasks for queries given as term
+    maps in Anserini 1.7.1 (pyserini 1.6.0).
+
+    Args:
+        index_dir: An impact index (``IndexCollection -impact -pretokenized`` over ``JsonVectorCollection``).
+        queries: Per query, term → integer impact.
+        k: Depth.
+    """
+    _, _, autoclass = pyserini_lucene()
+    hash_map, integer, searcher = (
+        autoclass("java.util.HashMap"),
+        autoclass("java.lang.Integer"),
+        _impact_searcher(index_dir),
+    )
+    found = []
+    for query in queries:
+        terms = hash_map()
+        for term, impact in query.items():
+            terms.put(term, integer(impact))
+        hits = searcher.search(terms, k)
+        found.append(([hit.docid for hit in hits], [hit.score for hit in hits]))
+    return found

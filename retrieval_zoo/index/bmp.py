@@ -1,0 +1,198 @@
+"""Learned sparse term weights searched by BMP, an existing engine (``conf/index/bmp.yaml``).
+
+BMP (Block-Max Pruning, Mallia, Suel and Tonellotto, SIGIR 2024; ``bmp`` on PyPI, from the PISA authors) answers
+learned sparse queries with block-max pruning over an 8-bit impact index; with α = β = 1 its top k is exact for the
+impacts it holds. A ``term_weights`` method's lexical vectors become its
+impacts as :mod:`retrieval_zoo.index.impact` describes: documents at 8 bits (BMP's storage), queries at up to 32
+levels (BMP rescales every query to that).
+
+bmp 0.2.8 has limits of its own, which this module works around (tested in ``tests/test_impact.py``):
+- It adds scores, and block upper bounds, in 16 bits: a sum above 65,535 wraps around (a top document would sink, a
+  block be wrongly pruned). So where a query's impacts times each term's largest document impact could sum past
+  65,535, its scale is lowered until they cannot, down to 8 levels for its largest weight, and past that its
+  lowest-weighted terms are cut (:attr:`BmpRetriever.pruned_queries` counts the queries that lost any).
+- Its search loop never scores the last block it queues, the one of lowest upper bound. So the index ends with a
+  sentinel block (documents holding only :data:`SENTINEL`, impact 1; every query asks for it at weight 1), whose
+  bound of 1 is the lowest there is: when the search queues every block that matches (a query that matches fewer
+  documents than it asks for), the sentinel is the one left out. When a query matches more, the engine is asked for
+  ``oversample`` × k documents (2 by default) and the top k kept, so the lowest bound queued is below the k-th
+  score (measured, not guaranteed: ``benchmarks/sparse_engines.py``). Fillers after the last document complete its
+  block; they score 1 at most and are never returned.
+- It panics when no block's bound is above the largest k-th impact of a query term (ties at the top): the query is
+  asked again, deeper.
+- It rescales every query so that its largest weight is 32: a term that no document has (:data:`ANCHOR`) rides
+  along at 32, which keeps the query's own scale.
+- Its term ids are 16-bit: an index holds at most 65,536 distinct terms (BERT's vocabulary fits; a large BM25
+  vocabulary does not, which is a clear error).
+"""
+
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from retrieval_zoo.batching import QueryPrep
+from retrieval_zoo.data.collections import Collection
+from retrieval_zoo.index.dhr import PartEncoder
+from retrieval_zoo.index.impact import Hits, ImpactRetriever, as_query, document_impacts, quantize
+from retrieval_zoo.index.shards import CorpusShards
+from retrieval_zoo.index.terms import DHR_GRID, TermIndex
+from retrieval_zoo.lexical.bm25 import BM25
+
+LEVELS = 255  # BMP stores 8-bit document impacts
+QUERY_LEVELS = 32  # and rescales each query so that its largest weight is 32 (bmp 0.2.8's MAX_TERM_WEIGHT)
+QUERY_MIN_LEVELS = 8  # a long query is searched at down to 8 levels before its lowest-weighted terms are cut
+SCORE_LIMIT = 65_535  # bmp 0.2.8 adds scores in 16 bits
+TERM_LIMIT = 65_536  # and numbers terms in 16 bits
+ANCHOR = "\x00"  # a term no document has: at QUERY_LEVELS it keeps BMP from rescaling the query
+SENTINEL = "\x01"  # the term of the sentinel block, queued last by every query (at weight 1)
+SENTINEL_DOC = "s"  # the sentinel documents' names (real documents are named by their row number)
+INSTALL = "pip install bmp==0.2.8 (or pip install -e '.[engines]')"
+
+
+def import_bmp() -> Any:
+    """The ``bmp`` module; a clear error with the install command when it is missing."""
+    try:
+        import bmp
+    except ImportError:
+        raise ImportError(f"index=bmp needs the BMP engine, which is not installed: {INSTALL}") from None
+    return bmp
+
+
+def query_impacts(weights: torch.Tensor, term_max: torch.Tensor) -> tuple[torch.Tensor, float, int]:
+    """A query's (|V|,) weights → its integer impacts (0 for terms left out), their scale, and the terms cut.
+
+    The scale puts the largest weight at :data:`QUERY_LEVELS`. Where the impacts times ``term_max`` (|V|,), each
+    term's largest document impact, could sum past :data:`SCORE_LIMIT`, the scale is lowered until they cannot, but
+    not below :data:`QUERY_MIN_LEVELS` for the largest weight; past that, the lowest-weighted terms are cut. Terms no
+    document has are left out. No document's score, nor a block's bound, can then pass the limit.
+    """
+    largest = float(weights.max())
+    scale, floor = QUERY_LEVELS / largest, QUERY_MIN_LEVELS / largest
+    while True:
+        impacts = torch.where(term_max > 0, quantize(weights, scale), 0)
+        bound = int((impacts * term_max).sum())
+        if bound <= SCORE_LIMIT or scale <= floor:
+            break
+        scale = max(floor, scale * SCORE_LIMIT / bound * (1 - 1e-9))
+    order = torch.argsort(weights, descending=True, stable=True)
+    cut = order[torch.cumsum(impacts[order] * term_max[order], dim=0) > SCORE_LIMIT]
+    cut = cut[impacts[cut] > 0]
+    impacts[cut] = 0
+    return impacts, scale, len(cut)
+
+
+class BmpRetriever(ImpactRetriever):
+    """A corpus's term weights in a BMP index, searched by its block-max pruning (module docstring).
+
+    Args:
+        encode_query: Query texts → ((n, |V|) lexical, (n, c) [CLS] or None) vectors.
+        shards: The corpus's ``lexical`` (n, |V|) and optional ``cls`` (n, c) vectors, by shard.
+        lam: λ of the [CLS] part, as indexed.
+        discard: Leading vocabulary ids that are never used (BERT's), left out of the index.
+        candidates: Documents the engine returns by the lexical part for the fused re-ranking.
+        oversample: The engine is asked for ``oversample`` × k documents, of which the top k are kept (see above).
+        block_size: Documents per block of the BMP index.
+        alpha: BMP's α (1: exact); β (1: exact) is ``beta``.
+        beta: BMP's β.
+        batch_size: Queries encoded together.
+        queries: How query texts are batched (``method.query_prep()``).
+        folder: Where the index file is written (default: a temporary folder that lives with the retriever).
+    """
+
+    name = "bmp"
+
+    def __init__(
+        self, encode_query: PartEncoder, shards: CorpusShards, lam: float, discard: int, candidates: int = 1000,
+        oversample: int = 2, block_size: int = 32, alpha: float = 1.0, beta: float = 1.0, batch_size: int = 128,
+        queries: QueryPrep | None = None, folder: str | Path | None = None,
+    ) -> None:  # fmt: skip
+        bmp = import_bmp()
+        super().__init__(encode_query, shards, lam, discard, LEVELS, candidates, batch_size, queries)
+        terms = int((self.term_max > 0).sum())
+        if terms > TERM_LIMIT:
+            raise ValueError(f"the corpus has {terms:,} distinct terms; BMP (bmp 0.2.8, 16-bit term ids) indexes at "
+                             f"most {TERM_LIMIT:,}: use index=sparse or index=gip")  # fmt: skip
+        self.oversample, self.alpha, self.beta, self.pruned_queries = oversample, alpha, beta, 0
+        self._folder = tempfile.TemporaryDirectory(prefix="retrieval_zoo-bmp-") if folder is None else None
+        path = Path(folder or self._folder.name) / "index.bmp"
+        indexer = bmp.Indexer(str(path), block_size, False)
+        for names, vectors in document_impacts(shards, discard, self.scale):
+            for name, vector in zip(names, vectors, strict=True):
+                indexer.add_document(name, vector)
+            self.postings += sum(map(len, vectors))
+        for filler in range(-len(self.docids) % block_size + block_size):  # the last block filled, then one more
+            indexer.add_document(f"{SENTINEL_DOC}{filler}", {SENTINEL: 1})
+        indexer.finish()
+        self.nbytes = path.stat().st_size + (self.cls.numel() * 4 if self.cls is not None else 0)
+        self.searcher = bmp.Searcher(str(path))
+
+    def query_impacts(self, weights: torch.Tensor) -> tuple[torch.Tensor, float]:
+        """:func:`query_impacts` with this corpus's largest impacts (the terms cut are counted)."""
+        impacts, scale, cut = query_impacts(weights, self.term_max)
+        self.pruned_queries += bool(cut)
+        return impacts, scale
+
+    def lexical_hits(self, lexical: torch.Tensor, depth: int) -> list[Hits]:
+        """One BMP search a query (module docstring: the sentinel, the anchor, the deeper retry)."""
+        return [self._search(weights, depth) for weights in lexical]
+
+    def _search(self, weights: torch.Tensor, depth: int) -> Hits:
+        impacts, query_scale = self.query_impacts(weights)
+        query = as_query(impacts, self.discard)
+        if not query:
+            return np.zeros(0, dtype=np.int64), np.zeros(0)
+        query[ANCHOR], query[SENTINEL] = QUERY_LEVELS, 1
+        asked = depth * self.oversample
+        while True:  # bmp 0.2.8 panics when no block's bound passes the k-th largest impact of a query term (ties)
+            try:
+                names, scores = self.searcher.search(query, asked, self.alpha, self.beta)
+                break
+            except BaseException as error:  # pyo3's PanicException derives from BaseException
+                if type(error).__name__ != "PanicException" or asked >= len(self.docids):
+                    raise
+                asked = min(2 * asked, len(self.docids))  # a deeper k lowers that bound
+        real = [i for i, name in enumerate(names) if not name.startswith(SENTINEL_DOC)][:depth]
+        names, scores = np.asarray([names[i] for i in real], dtype=np.int64), np.asarray([scores[i] for i in real])
+        return names, scores / (query_scale * self.scale)
+
+
+class Bmp(TermIndex):
+    """A ``term_weights`` method's lexical vectors in BMP (``conf/index/bmp.yaml``; module docstring).
+
+    Args:
+        candidates: Documents the engine returns for the fused re-ranking with a [CLS] part.
+        oversample: Asks the engine for this many times k and keeps the top k (bmp 0.2.8 skips one block a search).
+        block_size: Documents per BMP block.
+        alpha: BMP's α (1 with β = 1: exact for the quantized impacts).
+        beta: BMP's β.
+        weight: λ of the [CLS] part at indexing; null takes the method's.
+        weight_grid: λ values tried when evaluation tunes.
+        tune_measure: What tuning maximises.
+    """
+
+    def __init__(
+        self, candidates: int = 1000, oversample: int = 2, block_size: int = 32, alpha: float = 1.0, beta: float = 1.0,
+        weight: float | None = None, weight_grid: tuple[float, ...] = DHR_GRID, tune_measure: str = "MRR@10",
+    ) -> None:  # fmt: skip
+        super().__init__(weight, weight_grid, tune_measure)
+        import_bmp()  # when the config is read: a missing engine fails at once, before anything is encoded
+        if not (0 < alpha <= 1 and 0 < beta <= 1):
+            raise ValueError(f"index.alpha and index.beta must be in (0, 1], not {alpha} and {beta}")
+        if oversample < 1:
+            raise ValueError(f"index.oversample must be at least 1, not {oversample}")
+        self.candidates, self.oversample, self.block_size = candidates, oversample, block_size
+        self.alpha, self.beta = alpha, beta
+
+    def build(
+        self, method: Any, collection: Collection, bm25: BM25, shards: CorpusShards | None = None
+    ) -> BmpRetriever:
+        """The corpus's term weights quantized into a BMP index (the [CLS] vectors beside it)."""
+        encoder, shards = self.encoder_and_shards(method, collection, bm25, shards)
+        return BmpRetriever(encoder.encode_queries, shards, self.fusion_weight(encoder), encoder.discard,
+                            self.candidates, self.oversample, self.block_size, self.alpha, self.beta,
+                            encoder.batch_size, encoder.queries)  # fmt: skip
