@@ -1,4 +1,5 @@
 import json
+import os
 
 import pytest
 
@@ -94,3 +95,25 @@ def test_a_truncated_lucene_file_is_found_and_the_index_rebuilt(tiny, tmp_path, 
     queries = dict(list(tiny.judged_queries("dev").items())[:3])
     run = BM25(tiny, threads=2, cache_dir=tmp_path).search(queries, k=5)
     assert "is missing or not the size the build wrote" in capsys.readouterr().out and len(run) == 3
+
+
+def max_heap_bytes() -> int:
+    """Runs in the Lucene worker: the JVM's largest heap."""
+    from retrieval_zoo.lexical.java import pyserini_lucene
+
+    return pyserini_lucene()[2]("java.lang.Runtime").getRuntime().maxMemory()
+
+
+def test_the_jvm_heap_is_sized_and_a_bad_size_is_named(tiny_bm25, monkeypatch) -> None:
+    from retrieval_zoo.lexical.java import HEAP_VARIABLE, LuceneWorker, indexing_options, jvm_heap_mb
+
+    tiny_bm25.index_dir  # noqa: B018  the worker started
+    if HEAP_VARIABLE not in os.environ:
+        assert 1.5 * 2**30 < LuceneWorker.call(max_heap_bytes) <= 2 * 2**30  # 2 GiB, not a quarter of the machine
+    monkeypatch.setenv(HEAP_VARIABLE, "512m")
+    assert jvm_heap_mb() == 512 and indexing_options() == ["-memoryBuffer", "256"]
+    monkeypatch.setenv(HEAP_VARIABLE, "6G")
+    assert jvm_heap_mb() == 6144
+    monkeypatch.setenv(HEAP_VARIABLE, "lots")
+    with pytest.raises(ValueError, match="RETRIEVAL_ZOO_JVM_HEAP='lots'.*512m or 4g"):
+        jvm_heap_mb()

@@ -34,6 +34,20 @@ def test_shards_are_written_read_back_and_listed_missing(tmp_path) -> None:
         shards.read(0)
 
 
+def test_mostly_zero_matrices_are_stored_as_their_entries_and_read_back_equal(tmp_path) -> None:
+    lexical = torch.zeros(3, 100_000)
+    lexical[0, 7], lexical[2, 99_999], lexical[2, 0] = 1.5, 0.25, 3.0
+    vectors = torch.randn(3, 4)  # dense: stored whole
+    shards = CorpusShards(["a", "b", "c"], 3, tmp_path)
+    shards.write(0, {"lexical": lexical, "vectors": vectors})
+    record = torch.load(shards.path(0), weights_only=True)
+    assert set(record["tensors"]) == {"vectors"} and record["sparse"]["lexical"]["columns"].tolist() == [7, 0, 99_999]
+    assert record["sparse"]["lexical"]["offsets"].tolist() == [0, 1, 1, 3]  # row 1 holds nothing
+    assert shards.path(0).stat().st_size < 4 * lexical.numel() / 100  # 1.2 MB whole
+    read = shards.read(0)
+    assert torch.equal(read["lexical"], lexical) and torch.equal(read["vectors"], vectors)
+
+
 def test_a_folder_of_another_corpus_or_shard_size_is_refused(tmp_path) -> None:
     CorpusShards(DOCIDS, 2, tmp_path)
     with pytest.raises(ValueError, match=r"manifest.json: .*another corpus or shard size \(docids_sha256, documents"):

@@ -27,7 +27,7 @@ from retrieval_zoo.index.shards import CorpusShards
 from retrieval_zoo.index.terms import DHR_GRID, TermIndex
 from retrieval_zoo.lexical import lucene_ops
 from retrieval_zoo.lexical.bm25 import BM25, file_sizes
-from retrieval_zoo.lexical.java import LuceneWorker
+from retrieval_zoo.lexical.java import LuceneWorker, indexing_options
 
 
 def jsonl_line(name: str, vector: dict[str, int]) -> str:
@@ -72,7 +72,7 @@ class LuceneImpactRetriever(ImpactRetriever):
                 self.postings += sum(map(len, vectors))
         args = ["-collection", "JsonVectorCollection", "-input", str(documents), "-index", str(self.index_dir),
                 "-generator", "DefaultLuceneDocumentGenerator", "-impact", "-pretokenized", "-threads",
-                str(self.threads), "-quiet"]  # fmt: skip
+                str(self.threads), "-quiet", *indexing_options()]  # fmt: skip
         LuceneWorker.call(lucene_ops.run_main, "io.anserini.index.IndexCollection", args)
         (documents / "impacts.jsonl").unlink()
         self.nbytes = sum(file_sizes(self.index_dir).values()) + (self.cls.numel() * 4 if self.cls is not None else 0)

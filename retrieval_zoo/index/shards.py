@@ -104,9 +104,15 @@ class CorpusShards:
         return [s for s in range(len(self)) if not self.path(s).exists()]
 
     def write(self, shard: int, payload: Payload, rank: int = 0) -> None:
-        """Store ``shard``'s encoding (atomically, when in files); ``rank`` records which process encoded it."""
+        """Store ``shard``'s encoding (atomically, when in files); ``rank`` records which process encoded it.
+
+        A mostly-zero matrix (|V|-wide term weights) is stored as its non-zero entries (:func:`to_rows`) and read
+        back whole, the same values: a shard of 4,096 SPLADE vectors takes 5 MB on disk instead of 500.
+        """
         payload = {name: value.detach().cpu() for name, value in payload.items()}
-        record = {"documents": len(self.shard_docids(shard)), "rank": rank, "tensors": payload}
+        sparse = {name: to_rows(value) for name, value in payload.items() if mostly_zero(value)}
+        dense = {name: value for name, value in payload.items() if name not in sparse}
+        record = {"documents": len(self.shard_docids(shard)), "rank": rank, "tensors": dense, "sparse": sparse}
         with atomic_path(self.path(shard)) as tmp:
             torch.save(record, tmp)
 
@@ -126,7 +132,7 @@ class CorpusShards:
         if record["documents"] != len(self.shard_docids(shard)):
             raise ValueError(f"{path}: holds {record['documents']} documents, shard {shard} has "
                              f"{len(self.shard_docids(shard))}; delete the folder to re-encode")  # fmt: skip
-        return record["tensors"]
+        return record["tensors"] | {name: from_rows(**rows) for name, rows in record.get("sparse", {}).items()}
 
     def writer_rank(self, shard: int) -> int:
         """The rank of the process that wrote ``shard``'s file."""
@@ -136,6 +142,29 @@ class CorpusShards:
         """(document ids, encoding) of each shard, in corpus order."""
         for shard in range(len(self)):
             yield self.shard_docids(shard), self.read(shard)
+
+
+def mostly_zero(value: torch.Tensor) -> bool:
+    """A floating matrix whose non-zero entries, stored with their column ids, take less room than the whole."""
+    return value.dim() == 2 and value.is_floating_point() and value.numel() > 0 and (
+        2 * int(torch.count_nonzero(value)) < value.numel())  # fmt: skip
+
+
+def to_rows(value: torch.Tensor) -> dict[str, torch.Tensor]:
+    """A (n, m) matrix's non-zero entries, row by row: ``offsets`` (n + 1,), int32 ``columns`` and ``values``."""
+    rows, columns = torch.nonzero(value, as_tuple=True)
+    offsets = torch.zeros(value.shape[0] + 1, dtype=torch.int64)
+    offsets[1:] = torch.cumsum(torch.bincount(rows, minlength=value.shape[0]), 0)
+    return {"offsets": offsets, "columns": columns.to(torch.int32), "values": value[rows, columns],
+            "shape": torch.tensor(value.shape)}  # fmt: skip
+
+
+def from_rows(offsets: torch.Tensor, columns: torch.Tensor, values: torch.Tensor, shape: torch.Tensor) -> torch.Tensor:
+    """The matrix :func:`to_rows` stored."""
+    dense = torch.zeros(tuple(shape.tolist()), dtype=values.dtype)
+    rows = torch.repeat_interleave(torch.arange(len(offsets) - 1), offsets.diff())
+    dense[rows, columns.long()] = values
+    return dense
 
 
 def merge_topk(runs: Iterable[Run], k: int) -> Run:

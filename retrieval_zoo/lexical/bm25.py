@@ -23,7 +23,7 @@ from retrieval_zoo.cache import atomic_path, cache_root, entry_lock, fingerprint
 from retrieval_zoo.data.collections import Collection
 from retrieval_zoo.data.formats import FormatError, Run, read_run, write_id_text_tsv
 from retrieval_zoo.lexical import lucene_ops
-from retrieval_zoo.lexical.java import LuceneWorker
+from retrieval_zoo.lexical.java import LuceneWorker, indexing_options
 
 INDEX_FORMAT = "lucene-json-docvectors-v1"
 
@@ -78,7 +78,7 @@ class BM25:
                     f.write(json.dumps({"id": docid, "contents": text}) + "\n")
             args = ["-collection", "JsonCollection", "-input", str(docs_dir), "-index", str(tmp_index)]
             args += ["-generator", "DefaultLuceneDocumentGenerator", "-threads", str(self.threads)]
-            args += ["-storeDocvectors", "-quiet"]
+            args += ["-storeDocvectors", "-quiet", *indexing_options()]
             print(f"[bm25] indexing {len(self.collection.corpus):,} documents of {self.collection.name}")
             LuceneWorker.call(lucene_ops.run_main, "io.anserini.index.IndexCollection", args)
             seconds = time.perf_counter() - started

@@ -1,0 +1,159 @@
+"""The scale harness: how each stage's time, memory and disk grow with the corpus, projected to MS MARCO's 8.8M.
+
+For each size, a synthetic collection (:mod:`benchmarks.synthetic`: the embedded collection's real documents, then
+perturbed copies, training queries in proportion) is written, and each stage runs in a fresh process under its own
+artifact cache, sampled every 0.1 s for the resident memory of its whole process tree (the Lucene JVM included):
+
+- ``collection``: reading the TSV files into the project's collection (every stage below starts with it);
+- ``bm25``: the Lucene BM25 index (Anserini), then the 1,200 dev queries at k = 1000;
+- ``datamodule``: the DataModule's setup for CLEAR's recipe (BM25 top 1,000 of every training query as the pool,
+  BM25 scores of the sampled pairs), over the bm25 stage's index;
+- ``shards``: BM25's document vectors (``method=dlr_bm25``) encoded into shards on disk, which the term-weight
+  families below index: ``sparse`` (exact), ``gip`` (DLR, 768 slices, approximate GIP), ``bmp``, ``lucene_impact``;
+- ``faiss``: a Flat inner-product index of 768-d vectors (bert-base's width; random, since a Flat index's cost
+  depends on n and d alone).
+
+Each family's query latency is the 1,200 dev queries at k = 1000, their encoding done before (best of 2). The
+growth exponent between the two largest sizes (time ∝ n^e) projects each figure to 8,841,823 passages.
+
+    python -m benchmarks.scale [--sizes 10000,100000] [--stages bm25,datamodule,...] [--work /tmp/scale]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+MSMARCO = 8_841_823
+STAGES = ("collection", "bm25", "datamodule", "shards", "sparse", "gip", "bmp", "lucene_impact", "faiss")
+MEASURES = ("seconds", "peak_rss", "disk", "ms_per_query")
+
+
+def tree_rss(root: int) -> int:
+    """Resident bytes of ``root`` and all its descendants (from /proc)."""
+    children: dict[int, list[int]] = {}
+    rss: dict[int, int] = {}
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry.name}/stat") as handle:
+                fields = handle.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        pid = int(entry.name)
+        children.setdefault(int(fields[1]), []).append(pid)
+        rss[pid] = int(fields[21]) * os.sysconf("SC_PAGE_SIZE")
+    total, stack = 0, [root]
+    while stack:
+        pid = stack.pop()
+        total += rss.get(pid, 0)
+        stack.extend(children.get(pid, []))
+    return total
+
+
+def run_stage(stage: str, collection: Path, work: Path, memory_limit: int) -> dict[str, float | str]:
+    """One stage in a fresh process: its JSON result, plus the peak resident memory of its process tree.
+
+    A stage whose tree passes ``memory_limit`` bytes is stopped (this machine would start swapping or kill
+    something else): its result is then the failure and the memory it reached.
+    """
+    env = os.environ | {"RETRIEVAL_ZOO_CACHE": str(work / "cache")}
+    command = [sys.executable, "-m", "benchmarks.scale_stages", stage, str(collection), str(work)]
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, env=env, text=True, start_new_session=True)
+    peak, over, done = 0, False, threading.Event()
+
+    def sample() -> None:
+        nonlocal peak, over
+        while not done.is_set():
+            peak = max(peak, tree_rss(process.pid))
+            if peak > memory_limit and not over:
+                over = True
+                os.killpg(process.pid, signal.SIGKILL)
+            time.sleep(0.1)
+
+    sampler = threading.Thread(target=sample, daemon=True)
+    sampler.start()
+    output, _ = process.communicate()
+    done.set()
+    sampler.join()
+    if over:
+        return {"failed": f"stopped past {memory_limit / 2**30:.0f} GiB resident", "peak_rss": peak}
+    if process.returncode:
+        return {"failed": f"exit {process.returncode}", "peak_rss": peak}
+    return json.loads(output.strip().splitlines()[-1]) | {"peak_rss": peak}
+
+
+def human(measure: str, value: float | None) -> str:
+    """A figure as the table prints it."""
+    if value is None:
+        return ""
+    if measure in ("peak_rss", "disk"):
+        return f"{value / 2**30:.2f} GiB" if value >= 2**30 else f"{value / 2**20:.0f} MiB"
+    if measure == "seconds":
+        return f"{value / 3600:.1f} h" if value >= 3600 else f"{value:.1f} s" if value >= 10 else f"{value:.2f} s"
+    return f"{value:.2f}"
+
+
+def exponent(small: float | None, large: float | None, ratio: float) -> float | None:
+    """e in value ∝ n^e between two sizes ``ratio`` apart."""
+    if not small or not large:
+        return None
+    return math.log(large / small) / math.log(ratio)
+
+
+def report(results: dict[int, dict[str, dict[str, float]]], stages: list[str]) -> None:
+    """The markdown table: every measured size, the growth exponent, and the projection to MS MARCO."""
+    sizes = sorted(results)
+    head = [f"{n:,}" for n in sizes]
+    print(f"| stage | measure | {' | '.join(head)} | exponent | projected to {MSMARCO:,} |")
+    print("|---|---|" + "---|" * (len(sizes) + 2))
+    for stage in stages:
+        for measure in MEASURES:
+            values = [results[n].get(stage, {}).get(measure) for n in sizes]
+            failed = [results[n].get(stage, {}).get("failed") if measure == "seconds" else None for n in sizes]
+            if all(v is None for v in values) and not any(failed):
+                continue
+            growth = exponent(values[-2], values[-1], sizes[-1] / sizes[-2]) if len(sizes) > 1 else None
+            projected = values[-1] * (MSMARCO / sizes[-1]) ** growth if growth is not None else None
+            cells = [why or human(measure, v) for v, why in zip(values, failed, strict=True)]
+            shown = f"{growth:.2f}" if growth is not None else ""
+            print(f"| {stage} | {measure} | {' | '.join(cells)} | {shown} | {human(measure, projected)} |")
+
+
+def main() -> None:
+    from benchmarks.synthetic import synthesize
+
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--sizes", default="10000,100000", help="corpus sizes, comma-separated")
+    parser.add_argument("--stages", default=",".join(STAGES), help=f"any of {', '.join(STAGES)}")
+    parser.add_argument("--work", type=Path, default=Path("/tmp/retrieval_zoo-scale"))
+    parser.add_argument("--memory-limit-gib", type=float, default=16.0, help="a stage past it is stopped")
+    args = parser.parse_args()
+    stages = args.stages.split(",")
+    unknown = set(stages) - set(STAGES)
+    if unknown:
+        parser.error(f"unknown stages {sorted(unknown)}; known: {', '.join(STAGES)}")
+    results: dict[int, dict[str, dict[str, float]]] = {}
+    for size in map(int, args.sizes.split(",")):
+        work = args.work / f"n{size}"
+        collection = synthesize(size, work / "collection")
+        results[size] = {}
+        for stage in stages:
+            results[size][stage] = run_stage(stage, collection, work, int(args.memory_limit_gib * 2**30))
+            print(f"[scale] {size:,} documents, {stage}: {results[size][stage]}", file=sys.stderr, flush=True)
+        (args.work / "results.json").write_text(json.dumps({str(n): r for n, r in results.items()}, indent=1))
+    print(f"\n## Scale harness  ({os.cpu_count()} cores)\n")
+    report(results, stages)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,64 @@
+"""The scale harness (benchmarks/scale.py): its synthetic corpora, its growth arithmetic and its memory watch."""
+
+import os
+
+import pytest
+
+from benchmarks import scale
+from benchmarks.scale_stages import load
+from benchmarks.synthetic import MINIMUM, synthesize
+
+
+@pytest.fixture(scope="module")
+def synthetic(tmp_path_factory):
+    return synthesize(60_000, tmp_path_factory.mktemp("synthetic") / "collection")
+
+
+def test_a_synthetic_collection_reads_as_any_collection_with_queries_in_proportion(synthetic) -> None:
+    collection = load(synthetic)
+    assert len(collection.corpus) == 60_000 and "0" in collection.corpus
+    copies = [docid for docid in collection.corpus if "." in docid]
+    assert len(copies) == 60_000 - 58_625  # the full collection, then copies of generation 1
+    train = collection.judged_queries("train")
+    assert 0.9 < len(train) / len(collection.corpus) < 1.0  # as in the source collection (0.97)
+    assert len(collection.judged_queries("dev")) == 1_200  # judged on real documents, all present
+    copy = copies[0]
+    qid = next(q for q, judged in collection.qrels["train"].items() if copy in judged)
+    assert qid.endswith(".1") and collection.qrels["train"][qid] == {copy: 1}
+
+
+def test_copies_are_perturbed_so_the_vocabulary_grows(synthetic) -> None:
+    collection = load(synthetic)
+    copy = next(docid for docid in collection.corpus if "." in docid)
+    original = collection.corpus[copy.split(".")[0]]
+    variants = [word for word in collection.corpus[copy].split() if "zq" in word and word not in original]
+    assert variants and all(word.split("zq")[1].isalpha() for word in variants)  # one token to Lucene's analyzer
+
+
+def test_the_same_size_and_seed_give_the_same_files(synthetic, tmp_path) -> None:
+    again = synthesize(60_000, tmp_path / "again")
+    for name in ("collection.tsv", "queries.train.tsv", "qrels.train.tsv"):
+        assert (again / name).read_bytes() == (synthetic / name).read_bytes(), name
+
+
+def test_too_small_a_corpus_is_refused(tmp_path) -> None:
+    with pytest.raises(ValueError, match=f"at least {MINIMUM:,}"):
+        synthesize(500, tmp_path / "small")
+
+
+def test_growth_exponent_and_projection_worked_by_hand(capsys) -> None:
+    assert scale.exponent(2.0, 20.0, 10.0) == pytest.approx(1.0)
+    assert scale.exponent(1.0, 100.0, 10.0) == pytest.approx(2.0)
+    results = {10_000: {"bm25": {"seconds": 1.0}}, 100_000: {"bm25": {"seconds": 10.0}, "gip": {"failed": "exit 1"}}}
+    scale.report(results, ["bm25", "gip"])
+    lines = capsys.readouterr().out.splitlines()
+    bm25 = next(line for line in lines if line.startswith("| bm25 | seconds"))
+    assert "| 1.00 |" in bm25 and f"{scale.MSMARCO / 10_000:.1f} s" in bm25  # linear: 1 s per 10,000 documents
+    gip = next(line for line in lines if line.startswith("| gip | seconds"))
+    assert "exit 1" in gip
+
+
+def test_a_process_trees_memory_counts_its_children() -> None:
+    alone = scale.tree_rss(os.getpid())
+    assert alone > 10 * 2**20  # this Python process, torch imported
+    assert scale.tree_rss(os.getppid()) >= alone  # the parent's tree holds this process
