@@ -119,10 +119,13 @@ def report(results: dict[int, dict[str, dict[str, float]]], stages: list[str]) -
     for stage in stages:
         for measure in MEASURES:
             values = [results[n].get(stage, {}).get(measure) for n in sizes]
-            failed = [results[n].get(stage, {}).get("failed") if measure == "seconds" else None for n in sizes]
+            failures = [results[n].get(stage, {}).get("failed") for n in sizes]
+            failed = [why if measure == "seconds" else None for why in failures]
             if all(v is None for v in values) and not any(failed):
                 continue
-            growth = exponent(values[-2], values[-1], sizes[-1] / sizes[-2]) if len(sizes) > 1 else None
+            growth = None  # a stage stopped part-way has no growth to project
+            if len(sizes) > 1 and not any(failures[-2:]):
+                growth = exponent(values[-2], values[-1], sizes[-1] / sizes[-2])
             projected = values[-1] * (MSMARCO / sizes[-1]) ** growth if growth is not None else None
             cells = [why or human(measure, v) for v, why in zip(values, failed, strict=True)]
             shown = f"{growth:.2f}" if growth is not None else ""
@@ -142,17 +145,18 @@ def main() -> None:
     unknown = set(stages) - set(STAGES)
     if unknown:
         parser.error(f"unknown stages {sorted(unknown)}; known: {', '.join(STAGES)}")
-    results: dict[int, dict[str, dict[str, float]]] = {}
+    saved = args.work / "results.json"  # earlier runs' stages are kept: a stage can be measured again alone
+    results = {int(n): r for n, r in json.loads(saved.read_text()).items()} if saved.exists() else {}
     for size in map(int, args.sizes.split(",")):
         work = args.work / f"n{size}"
         collection = synthesize(size, work / "collection")
-        results[size] = {}
+        results.setdefault(size, {})
         for stage in stages:
             results[size][stage] = run_stage(stage, collection, work, int(args.memory_limit_gib * 2**30))
             print(f"[scale] {size:,} documents, {stage}: {results[size][stage]}", file=sys.stderr, flush=True)
-        (args.work / "results.json").write_text(json.dumps({str(n): r for n, r in results.items()}, indent=1))
+            saved.write_text(json.dumps({str(n): r for n, r in sorted(results.items())}, indent=1))
     print(f"\n## Scale harness  ({os.cpu_count()} cores)\n")
-    report(results, stages)
+    report(results, [stage for stage in STAGES if any(stage in r for r in results.values())])
 
 
 if __name__ == "__main__":

@@ -5,7 +5,8 @@ On the embedded collection's dev queries, a ``term_weights`` method's lexical ve
 encoded once into shards on disk; the exact sparse index (``index=sparse``), BMP (``index=bmp``) and Anserini's
 impact search (``index=lucene_impact``) are built from them, with exact search over each engine's quantized impacts.
 Printed: ms a query (k = 1000, the same queries, encoded before, best of 3 in alternation), MRR@10, R@1000 and
-their difference from exact, the overlap of each query's top 10 with the exact top 10, and the index sizes.
+their difference from exact, the overlap of each query's top 10 and top 1,000 with the exact ones (the latter:
+recall of the exact top 1,000), and the index sizes.
 
     python -m benchmarks.sparse_engines [--method dlr_splade] [--run-dir outputs/<run>] [--timed-queries 200]
 """
@@ -104,8 +105,8 @@ def main() -> None:
     reference_name = next(iter(runs))
     reference = evaluate(runs[reference_name], qrels)
     header(f"Learned sparse search: {name}'s lexical vectors, {len(docids):,} documents, {len(queries):,} queries")
-    print("| search | ms / query | MRR@10 | Δ MRR@10 | R@1000 | Δ R@1000 | top-10 overlap | index |")
-    print("|---|---|---|---|---|---|---|---|")
+    print("| search | ms / query | MRR@10 | Δ MRR@10 | R@1000 | Δ R@1000 | top-10 overlap | top-1000 overlap | index |")
+    print("|---|---|---|---|---|---|---|---|---|")
     for n, run in runs.items():
         m, overlap = evaluate(run, qrels), top_k_overlap(run, runs[reference_name], 10)
         cells = [
@@ -115,6 +116,7 @@ def main() -> None:
             f"{m['R@1000']:.4f}",
             f"{m['R@1000'] - reference['R@1000']:+.4f}",
             f"{overlap:.4f}",
+            f"{top_k_overlap(run, runs[reference_name], 1000):.4f}",
             f"{retrievers[n].nbytes / 2**20:.1f} MiB",
         ]
         print(f"| {n} | {' | '.join(cells)} |")  # fmt: skip
