@@ -24,7 +24,7 @@ from tqdm import tqdm
 from retrieval_zoo.batching import QueryPrep, encode_payload
 from retrieval_zoo.data.formats import Run
 from retrieval_zoo.index.dhr import PartEncoder, PartSearch
-from retrieval_zoo.index.shards import CorpusShards
+from retrieval_zoo.index.shards import CorpusShards, to_rows
 
 Hits = tuple[np.ndarray, np.ndarray]  # one query's rows and scores, best first
 
@@ -57,9 +57,9 @@ def document_impacts(shards: CorpusShards, discard: int, scale: float) -> Iterat
     """Each shard's documents as (row names, {term id as text: impact}), the integer vectors the engines index."""
     row = 0
     for _, payload in tqdm(shards, desc="impacts", unit="shard", leave=False):
-        impacts = quantize(payload["lexical"][:, discard:], scale).to_sparse_csr()
-        offsets, terms = impacts.crow_indices().tolist(), (impacts.col_indices() + discard).tolist()
-        values = impacts.values().tolist()
+        impacts = to_rows(quantize(payload["lexical"][:, discard:], scale))
+        offsets, terms = impacts["offsets"].tolist(), (impacts["columns"] + discard).tolist()
+        values = impacts["values"].tolist()
         vectors = [dict(zip(map(str, terms[start:stop]), values[start:stop], strict=True))
                    for start, stop in zip(offsets[:-1], offsets[1:], strict=True)]  # fmt: skip
         yield [str(r) for r in range(row, row + len(vectors))], vectors
