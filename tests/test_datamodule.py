@@ -1,17 +1,22 @@
 from collections import Counter
 
+import numpy as np
 import pytest
 import torch
 
+from retrieval_zoo.data.ranked_rows import DocIndex, RankedRows
 from retrieval_zoo.training.datamodule import TriplesDataModule
-from retrieval_zoo.training.negatives import GroupSampling, ShardedEpochSampler, negative_pool
+from retrieval_zoo.training.negatives import DocRows, GroupSampling, ShardedEpochSampler, negative_pool
+
+CORPUS = DocIndex(["p1", "p2", "p3", "n1", "n2", "n3", "r1", "r2"])
 
 
 def sampling(random_negatives: bool = False) -> GroupSampling:
     return GroupSampling(
-        positives={"q1": ["p1", "p2"], "q2": ["p3"]},
-        pool={"q1": ["n1", "n2", "n3"], "q2": []},
-        corpus_ids=["p1", "p2", "p3", "n1", "n2", "n3", "r1", "r2"],
+        row_of={"q1": 0, "q2": 1},
+        positives=DocRows.from_lists([CORPUS.rows(["p1", "p2"]), CORPUS.rows(["p3"])]),
+        pool=DocRows.from_lists([CORPUS.rows(["n1", "n2", "n3"]), []]),
+        docs=CORPUS,
         n_negatives=2,
         seed=7,
         random_negatives=random_negatives,
@@ -27,8 +32,10 @@ def test_groups_are_deterministic_per_qid_seed_epoch() -> None:
 
 
 def test_positives_are_never_negatives() -> None:
-    pool = negative_pool({"q": {"a": 3.0, "p": 2.0, "b": 1.0, "c": 0.5}}, {"q": {"p": 1, "b": 0}}, depth=3)
-    assert pool == {"q": ["a", "b"]}
+    docs = DocIndex(["p", "a", "b", "c"])
+    run = RankedRows(np.array([0, 3]), docs.rows(["a", "p", "b"]).astype(np.int32), np.array([3.0, 2.0, 1.0]))
+    pool = negative_pool(run, DocRows.from_lists([docs.rows(["p"])]), len(docs))  # "b" is judged, but not relevant
+    assert docs.names(pool.row(0)) == ["a", "b"]
     random_mode = sampling(random_negatives=True)
     for epoch in range(30):
         negatives = random_mode.group("q1", epoch)[1:]
@@ -121,8 +128,7 @@ def test_teacher_run_restricts_sampling_to_its_pairs(tiny, tiny_bm25, tmp_path, 
     teacher = {q: {d: float(i) for i, d in enumerate(bm25_run[q])} for q in qids}
     for qid in qids:  # every judged positive scored, then two queries lose coverage
         teacher[qid].update({d: 99.0 for d, g in qrels[qid].items() if g > 0})
-    pool = negative_pool(bm25_run, qrels, 100)
-    no_pool = {q for q in qids if not pool.get(q)}  # already without negatives: not trained on under a teacher
+    no_pool = {q for q in qids if not set(bm25_run[q]) - {d for d, g in qrels[q].items() if g > 0}}
     no_positive, no_negative = sorted(set(qids) - no_pool)[:2]
     teacher[no_positive] = {d: s for d, s in teacher[no_positive].items() if qrels[no_positive].get(d, 0) <= 0}
     teacher[no_negative] = {d: 99.0 for d, g in qrels[no_negative].items() if g > 0}

@@ -22,10 +22,13 @@ import numpy as np
 from retrieval_zoo.cache import atomic_path, cache_root, entry_lock, fingerprint
 from retrieval_zoo.data.collections import Collection
 from retrieval_zoo.data.formats import FormatError, Run, read_run, write_id_text_tsv
+from retrieval_zoo.data.ranked_rows import DocIndex, RankedRows, read_ranked_rows
 from retrieval_zoo.lexical import lucene_ops
 from retrieval_zoo.lexical.java import LuceneWorker, indexing_options
 
 INDEX_FORMAT = "lucene-json-docvectors-v1"
+SEARCH_HITS = 2_000_000
+"""Hits of one SearchCollection call: it holds them all in the JVM's heap until it writes the run."""
 
 
 class BM25:
@@ -121,6 +124,58 @@ class BM25:
                 f"{self.collection.name}; the cache does not match the collection, delete it"
             )
         return {qid: run.get(qid, {}) for qid in queries}
+
+    def search_rows(self, queries: dict[str, str], k: int, docs: DocIndex) -> RankedRows:
+        """The top ``k`` of each query as columnar :class:`RankedRows` (row ``i``: the ``i``-th query), cached.
+
+        For training-scale query sets (500k MS MARCO queries at k = 1,000 is 500M hits). Searched in parts of
+        :data:`SEARCH_HITS` hits: one SearchCollection call over 97k queries at k = 1,000 ran a 2 GiB heap into
+        garbage collection for most of an hour (``benchmarks/scale.py``). Each part is cached as its own run file
+        (shared with :meth:`search`; a killed search resumes at the next part), and the parts are read into arrays
+        (:func:`read_ranked_rows`), never into a dict of the run.
+
+        Args:
+            queries: qid → text, in row order.
+            k: Depth of the run.
+            docs: The collection's document ids (rows are corpus order).
+        """
+        qids = list(queries)
+        key = fingerprint(self.collection.corpus_fingerprint, docs.digest, list(queries.items()), k, self.k1, self.b)
+        folder = self.cache / "bm25" / "rows" / f"rows-k{k}-{key}"
+        with entry_lock(folder):
+            if not (folder / "offsets.npy").exists():  # written last: the folder is complete
+                parts = self._search_parts(queries, k)
+                for attempt in (1, 2):
+                    try:
+                        with atomic_path(folder) as tmp:
+                            tmp.mkdir()
+                            read_ranked_rows(parts, queries, qids, docs, k, tmp)
+                        break
+                    except FormatError as error:  # a damaged or stale part: searched again, once
+                        if attempt == 2 or Path(error.path) not in parts:
+                            raise
+                        print(f"[bm25] cached run {error.path} is unusable ({error.problem}): searching again")
+                        Path(error.path).unlink()
+                        parts = self._search_parts(queries, k)
+        rows = RankedRows.load(folder)
+        if len(rows) != len(qids):
+            raise ValueError(f"{folder}: holds {len(rows):,} queries, not {len(qids):,}; delete it to search again")
+        return rows
+
+    def _search_parts(self, queries: dict[str, str], k: int) -> list[Path]:
+        """Run files of the top ``k`` of ``queries``, :data:`SEARCH_HITS` hits a file, searched unless cached."""
+        items, size = list(queries.items()), max(1, SEARCH_HITS // k)
+        index_dir, paths = self.index_dir, []
+        for start in range(0, len(items), size):
+            part = dict(items[start : start + size])
+            key = fingerprint(self.collection.corpus_fingerprint, sorted(part.items()), k, self.k1, self.b)
+            path = self.cache / "bm25" / "runs" / f"run-k{k}-{key}.trec.gz"
+            with entry_lock(path):
+                if not path.exists():
+                    print(f"[bm25] queries {start + 1:,}–{start + len(part):,} of {len(items):,}", flush=True)
+                    self._search_into(path, index_dir, part, k)
+            paths.append(path)
+        return paths
 
     def _search_into(self, path: Path, index_dir: Path, queries: dict[str, str], k: int) -> None:
         """Run Anserini's SearchCollection over ``queries`` and store the run, gzip-compressed, at ``path``."""

@@ -23,14 +23,14 @@ import torch
 from torch.utils.data import DataLoader
 
 from retrieval_zoo.cache import fingerprint
-from retrieval_zoo.data.collections import Collection, check_ids
-from retrieval_zoo.data.formats import Run, read_run
+from retrieval_zoo.data.collections import Collection
+from retrieval_zoo.data.ranked_rows import DocIndex, RankedRows, cached_ranked_rows
 from retrieval_zoo.lexical.bm25 import BM25
 from retrieval_zoo.lexical.sparse_rows import SparseBatch, SparseRows
 from retrieval_zoo.tokens import TextTokenizer, TokenCache, Tokens
 from retrieval_zoo.training.loaders import GroupDataset, ResumableLoader
 from retrieval_zoo.training.lookups import PairTable, precompute_fields, restrict_to_teacher
-from retrieval_zoo.training.negatives import GroupSampling, ShardedEpochSampler, negative_pool
+from retrieval_zoo.training.negatives import GroupSampling, ShardedEpochSampler, judged_positives, negative_pool
 
 FIELDS = frozenset({"bm25_scores", "bm25_vectors", "teacher_scores", "texts"})
 
@@ -159,24 +159,29 @@ class TriplesDataModule(L.LightningDataModule):
         unjudged = len(self.collection.queries[split]) - len(queries) - len(held_out)
         if unjudged:
             print(f"[data] {unjudged:,} {split} queries have no relevant document and are not trained on")
-        run = self._read_checked(self.negatives_run) or self.bm25.search(queries, self.negative_depth)
-        positives = {q: sorted(d for d, g in qrels[q].items() if g > 0) for q in self.train_qids}
-        pool = negative_pool(run, qrels, self.negative_depth)
-        teacher = self._read_checked(self.teacher_run) if "teacher_scores" in self.needs else None
+        docs, qids = DocIndex(self.collection.corpus), self.train_qids  # the rows of every table below
+        if self.negatives_run:
+            bm25_run, run = None, self._read_rows(self.negatives_run, qids, docs, self.negative_depth)
+        else:
+            bm25_run = run = self.bm25.search_rows({q: queries[q] for q in qids}, self.negative_depth, docs)
+        positives = judged_positives(qrels, qids, docs)
+        pool = negative_pool(run, positives, len(docs))
+        teacher = self._read_rows(self.teacher_run, qids, docs, None) if "teacher_scores" in self.needs else None
         if teacher is not None:
             if self.random_negatives:
                 raise ValueError(f"data.random_negatives draws pairs the teacher run {self.teacher_run} never scored")
-            positives, pool = restrict_to_teacher(self.teacher_run, teacher, positives, pool)
-            self.train_qids = sorted(positives)
+            positives, pool, kept = restrict_to_teacher(self.teacher_run, teacher, positives, pool)
+            self.train_qids = [qids[row] for row in kept]
         self.sampling = GroupSampling(
+            row_of={qid: row for row, qid in enumerate(qids)},
             positives=positives,
             pool=pool,
-            corpus_ids=list(self.collection.corpus),
+            docs=docs,
             n_negatives=self.n_negatives,
             seed=self.seed,
             random_negatives=self.random_negatives,
         )
-        empty = sum(1 for q in self.train_qids if not self.sampling.pool.get(q))
+        empty = int((pool.counts()[[self.sampling.row_of[q] for q in self.train_qids]] == 0).sum())
         if empty and not self.random_negatives:
             print(
                 f"[data] {empty:,} of {len(self.train_qids):,} training queries have no negative in the pool; "
@@ -184,10 +189,8 @@ class TriplesDataModule(L.LightningDataModule):
             )
         epochs = self.epochs or (self.trainer.max_epochs if self.trainer and self.trainer.max_epochs else 1)
         self.tables = precompute_fields(
-            self.needs, self.bm25, queries, self.sampling, self.train_qids, epochs,
-            None if self.negatives_run else run,
-            teacher,
-        )  # fmt: skip
+            self.needs, self.bm25, queries, self.sampling, self.train_qids, epochs, bm25_run, teacher, qids
+        )
         if self.tokenizer is not None:  # every text tokenized once, read by memory map (retrieval_zoo.tokens)
             corpus, all_queries = self.collection.corpus, self.collection.queries[split]
             self.doc_cache = TokenCache.build(corpus, self.tokenizer, "doc", self.collection.corpus_fingerprint)
@@ -205,13 +208,9 @@ class TriplesDataModule(L.LightningDataModule):
         return {side: ({key: i for i, key in enumerate(bags)}, SparseRows(list(bags.values()), keys))
                 for side, bags in (("query", query_idf), ("doc", doc_weights))}  # fmt: skip
 
-    def _read_checked(self, path: str | None) -> Run | None:
-        """A run file whose query and document ids must all belong to the training collection."""
-        if not path:
-            return None
-        run = read_run(path)
-        check_ids(path, run, self.collection.queries[self.collection.train_split], self.collection.corpus)
-        return run
+    def _read_rows(self, path: str, qids: list[str], docs: DocIndex, depth: int | None) -> RankedRows:
+        """A run file's rankings of ``qids``, whose query and document ids must all belong to the collection."""
+        return cached_ranked_rows(path, self.collection.queries[self.collection.train_split], qids, docs, depth)
 
     def _world(self) -> tuple[int, int]:
         trainer = self.trainer

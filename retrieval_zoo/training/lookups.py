@@ -1,60 +1,95 @@
 """Lookup tables behind the optional batch fields, computed once before training.
 
-BM25 scores of pool documents come from the run itself; every other pair a group can contain (positives outside
-the top N, random negatives) is enumerated over all epochs and scored through pyserini up front, so the training
-step never waits on Java.
+Every (query, document) pair a group can hold over the run's epochs (positives, pool draws, random negatives) is
+enumerated up front as int64 keys (query row × corpus size + corpus row). BM25 scores of pairs in the BM25 run come
+from the run itself, every other pair's from pyserini, so the training step never waits on Java; teacher scores
+come from the teacher run. Tables are sorted keys beside float32 values, never dicts of dicts.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
+import numpy as np
 import torch
 
-from retrieval_zoo.data.formats import Run
+from retrieval_zoo.data.ranked_rows import DocIndex, RankedRows, row_blocks
 from retrieval_zoo.lexical.bm25 import BM25
-from retrieval_zoo.training.negatives import GroupSampling
+from retrieval_zoo.training.negatives import DocRows, GroupSampling
 
 
 class PairTable:
-    """(qid, docid) → score, turned into (B, G) tensors for a batch.
+    """(qid, docid) → score for the pairs training can sample, turned into (B, G) tensors for a batch.
 
     Args:
         name: What the scores are (named in errors).
-        scores: qid → {docid: score}.
+        row_of: qid → its row in the keys.
+        docs: The corpus's ids.
+        keys: (P,) sorted int64 pair keys, ``query row * len(docs) + corpus row``.
+        values: (P,) float32 the pairs' scores.
     """
 
-    def __init__(self, name: str, scores: Mapping[str, Mapping[str, float]]) -> None:
-        self.name, self.scores = name, scores
+    def __init__(
+        self, name: str, row_of: Mapping[str, int], docs: DocIndex, keys: np.ndarray, values: np.ndarray
+    ) -> None:
+        self.name, self.row_of, self.docs, self.keys, self.values = name, row_of, docs, keys, values
 
     def matrix(self, qids: list[str], docids: list[list[str]]) -> torch.Tensor:
         """Scores of each query's group as a float tensor of shape (B, G)."""
-        rows = []
-        for qid, group in zip(qids, docids, strict=True):
-            known = self.scores.get(qid, {})
-            missing = [d for d in group if d not in known]
-            if missing:
-                raise KeyError(f"{self.name}: no score for query {qid!r} and documents {missing[:3]}")
-            rows.append([known[d] for d in group])
-        return torch.tensor(rows, dtype=torch.float32)
+        flat = [d for group in docids for d in group]
+        doc_rows = self.docs.rows(flat)
+        rows = np.repeat([self.row_of.get(q, -1) for q in qids], [len(group) for group in docids])
+        wanted = rows * len(self.docs) + doc_rows
+        at = np.minimum(np.searchsorted(self.keys, wanted), max(len(self.keys) - 1, 0))
+        found = (rows >= 0) & (doc_rows >= 0) & (self.keys[at] == wanted if len(self.keys) else False)
+        if not found.all():
+            owner = np.repeat(np.arange(len(qids)), [len(group) for group in docids])
+            query = owner[int(np.argmax(~found))]
+            missing = [flat[i] for i in np.flatnonzero(~found & (owner == query))]
+            raise KeyError(f"{self.name}: no score for query {qids[query]!r} and documents {missing[:3]}")
+        return torch.from_numpy(np.asarray(self.values[at], dtype=np.float32).reshape(len(qids), -1))
 
 
-def sampled_pairs(sampling: GroupSampling, qids: list[str], epochs: int) -> dict[str, set[str]]:
-    """Every (qid, docid) any group can hold over ``epochs`` epochs, plus all positives."""
-    pairs: dict[str, set[str]] = {q: set(sampling.positives[q]) for q in qids}
-    for epoch in range(epochs):
-        for qid in qids:
-            pairs[qid].update(sampling.group(qid, epoch))
-    return pairs
+def sampled_pairs(sampling: GroupSampling, qids: list[str], epochs: int) -> np.ndarray:
+    """Sorted unique keys of every (query, document) pair any group can hold over ``epochs`` epochs, plus positives."""
+    n_docs, keys = len(sampling.docs), []
+    for qid in qids:
+        row = sampling.row_of[qid]
+        groups = [sampling.positives.row(row)] + [sampling.group_rows(qid, e) for e in range(epochs)]
+        keys.append(row * n_docs + np.concatenate(groups).astype(np.int64))
+    return np.unique(np.concatenate(keys)) if keys else np.zeros(0, dtype=np.int64)
 
 
-def bm25_pair_table(bm25: BM25, queries: dict[str, str], pairs: dict[str, set[str]], run: Run) -> PairTable:
-    """BM25 scores of ``pairs``: from the BM25 run when it holds the pair, else computed by pyserini."""
-    scores = {q: {d: run[q][d] for d in docs if d in run.get(q, {})} for q, docs in pairs.items()}
-    todo = [(q, d) for q, docs in pairs.items() for d in sorted(docs) if d not in scores[q]]
-    for (qid, docid), value in zip(todo, bm25.pair_scores(queries, todo), strict=True):
-        scores[qid][docid] = float(value)
-    return PairTable("bm25_scores", scores)
+def run_scores(run: RankedRows, keys: np.ndarray, n_docs: int) -> tuple[np.ndarray, np.ndarray]:
+    """The run's scores of sorted pair keys: (P,) float32 values and (P,) whether the run holds the pair."""
+    values, found = np.zeros(len(keys), dtype=np.float32), np.zeros(len(keys), dtype=bool)
+    for start, end in row_blocks(run.offsets):
+        lo, hi = np.searchsorted(keys, [start * n_docs, end * n_docs])
+        first, last = int(run.offsets[start]), int(run.offsets[end])
+        if lo == hi or first == last:
+            continue
+        rows = np.repeat(np.arange(start, end, dtype=np.int64), np.diff(run.offsets[start : end + 1]))
+        entries = rows * n_docs + np.asarray(run.docs[first:last])
+        order = np.argsort(entries)
+        entries, scores = entries[order], np.asarray(run.scores[first:last])[order]
+        at = np.minimum(np.searchsorted(entries, keys[lo:hi]), len(entries) - 1)
+        hit = entries[at] == keys[lo:hi]
+        values[lo:hi] = np.where(hit, scores[at], 0)
+        found[lo:hi] = hit
+    return values, found
+
+
+def bm25_pair_table(
+    bm25: BM25, queries: dict[str, str], row_qids: Sequence[str], keys: np.ndarray, docs: DocIndex, run: RankedRows
+) -> PairTable:
+    """BM25 scores of ``keys``' pairs: from the BM25 run when it holds the pair, else computed by pyserini."""
+    n_docs = len(docs)
+    values, found = run_scores(run, keys, n_docs) if run is not None else (np.zeros(len(keys), np.float32), None)
+    todo = np.flatnonzero(~found) if found is not None else np.arange(len(keys))
+    pairs = list(zip([row_qids[r] for r in keys[todo] // n_docs], docs.names(keys[todo] % n_docs), strict=True))
+    if pairs:
+        values[todo] = bm25.pair_scores(queries, pairs)
+    return PairTable("bm25_scores", {q: r for r, q in enumerate(row_qids)}, docs, keys, values)
 
 
 def precompute_fields(
@@ -64,24 +99,27 @@ def precompute_fields(
     sampling: GroupSampling,
     qids: list[str],
     epochs: int,
-    bm25_run: Run | None,
-    teacher_run: Run | None,
+    bm25_run: RankedRows | None,
+    teacher_run: RankedRows | None,
+    row_qids: Sequence[str],
 ) -> dict:
     """The tables :meth:`TriplesDataModule.collate` reads for each needed field.
 
     ``bm25_run`` is the BM25 run the pool came from (its scores are reused), or None when the pool is another
-    model's run, in which case every pair is scored by pyserini.
+    model's run, in which case every pair is scored by pyserini. ``row_qids`` names the query of each row of the
+    runs and of ``sampling``.
     """
     tables: dict = {}
     if not needs - {"texts"}:  # texts come from the collection, nothing to precompute
         return tables
-    pairs = sampled_pairs(sampling, qids, epochs)
+    keys, docs = sampled_pairs(sampling, qids, epochs), sampling.docs
     if "bm25_scores" in needs:
-        tables["bm25_scores"] = bm25_pair_table(bm25, queries, pairs, bm25_run or {})
+        tables["bm25_scores"] = bm25_pair_table(bm25, queries, row_qids, keys, docs, bm25_run)
     if "teacher_scores" in needs:
-        tables["teacher_scores"] = PairTable("teacher_scores", teacher_run or {})
+        values, found = run_scores(teacher_run, keys, len(docs))
+        tables["teacher_scores"] = PairTable("teacher_scores", sampling.row_of, docs, keys[found], values[found])
     if "bm25_vectors" in needs:
-        docids = sorted({d for docs in pairs.values() for d in docs})
+        docids = sorted(docs.names(np.unique(keys % len(docs))))
         saturation = bm25.document_term_weights(docids, saturation_only=True)
         tables["doc_weights"] = dict(zip(docids, saturation, strict=True))
         tables["query_idf"] = dict(zip(qids, bm25.query_idf([queries[q] for q in qids]), strict=True))
@@ -89,8 +127,8 @@ def precompute_fields(
 
 
 def restrict_to_teacher(
-    path: str, teacher: Run, positives: dict[str, list[str]], pool: dict[str, list[str]]
-) -> tuple[dict[str, list[str]], dict[str, list[str]]]:
+    path: str, teacher: RankedRows, positives: DocRows, pool: DocRows
+) -> tuple[DocRows, DocRows, list[int]]:
     """Keep only the pairs a teacher run scores, so that every sampled group has teacher scores.
 
     A cross-encoder's run, or another model's, scores only the candidates it was given: positives outside them
@@ -99,25 +137,28 @@ def restrict_to_teacher(
 
     Args:
         path: The teacher run's file (named in the messages).
-        teacher: qid → {docid: teacher score}.
-        positives: qid → judged relevant docids of the training queries.
-        pool: qid → negative candidates.
+        teacher: Per training query (a row), the documents the teacher scores.
+        positives: Judged relevant corpus rows per query row.
+        pool: Negative candidates per query row.
 
     Returns:
-        The positives and pool of the queries that keep at least one scored positive and one scored negative.
+        The positives and pool restricted to scored pairs (same rows), and the rows that keep at least one scored
+        positive and one scored negative.
     """
-    kept_positives, kept_pool, dropped_pairs, no_positive, no_negative = {}, {}, 0, 0, 0
-    for qid, docs in positives.items():
-        scored = teacher.get(qid, {})
-        scored_positives = [d for d in docs if d in scored]
-        scored_pool = [d for d in pool.get(qid, []) if d in scored]
-        dropped_pairs += len(pool.get(qid, [])) - len(scored_pool)
-        if not scored_positives:
+    scored_positives, scored_pool, kept = [], [], []
+    dropped_pairs, no_positive, no_negative = 0, 0, 0
+    for row in range(len(positives)):
+        scored, candidates = teacher.row(row)[0], pool.row(row)
+        row_positives = positives.row(row)[np.isin(positives.row(row), scored)]
+        row_pool = candidates[np.isin(candidates, scored)]
+        scored_positives.append(row_positives), scored_pool.append(row_pool)
+        dropped_pairs += len(candidates) - len(row_pool)
+        if not len(row_positives):
             no_positive += 1
-        elif not scored_pool:
+        elif not len(row_pool):
             no_negative += 1
         else:
-            kept_positives[qid], kept_pool[qid] = scored_positives, scored_pool
+            kept.append(row)
     if dropped_pairs:
         print(f"[data] teacher run {path} does not score {dropped_pairs:,} pool negatives; they are not sampled")
     if no_positive or no_negative:
@@ -125,6 +166,6 @@ def restrict_to_teacher(
             f"[data] teacher run {path} scores no positive of {no_positive:,} and no negative of {no_negative:,} "
             f"training queries (of {len(positives):,}); they are not trained on"
         )
-    if not kept_positives:
+    if not kept:
         raise ValueError(f"teacher run {path} scores no (positive, negative) pair of any training query")
-    return kept_positives, kept_pool
+    return DocRows.from_lists(scored_positives), DocRows.from_lists(scored_pool), kept

@@ -1,29 +1,77 @@
-"""Negative pools and deterministic group sampling.
+"""Negative pools and deterministic group sampling, over corpus rows.
 
 A pool is read from any run (BM25's top N today, a trained model's own run for hard negatives); judged
-positives are never in it. Sampling is a pure function of (qid, seed, epoch), so it is the same under any number
-of workers or ranks and after a resume.
+positives are never in it. Pools and positives are CSR arrays of corpus rows (:class:`DocRows`), so 500k training
+queries × 1,000 candidates are 2 GB of int32, not half a billion Python strings. Sampling is a pure function of
+(qid, seed, epoch), so it is the same under any number of workers or ranks and after a resume.
 """
 
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
 import torch.utils.data
 
-from retrieval_zoo.data.formats import Qrels, Run, ranked
+from retrieval_zoo.data.formats import Qrels
+from retrieval_zoo.data.ranked_rows import DocIndex, RankedRows, row_blocks
 
 
-def negative_pool(run: Run, qrels: Qrels, depth: int) -> dict[str, list[str]]:
-    """The top ``depth`` documents of each query of ``run``, in rank order, minus any judged positive."""
-    pool = {}
-    for qid, scores in run.items():
-        positives = {d for d, g in qrels.get(qid, {}).items() if g > 0}
-        pool[qid] = [d for d, _ in ranked(scores)[:depth] if d not in positives]
-    return pool
+@dataclass
+class DocRows:
+    """Per query (a row), a list of corpus rows, as CSR arrays.
+
+    Attributes:
+        offsets: (Q + 1,) int64.
+        docs: (n,) int32 corpus rows.
+    """
+
+    offsets: np.ndarray
+    docs: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.offsets) - 1
+
+    def row(self, i: int) -> np.ndarray:
+        """Row ``i``'s corpus rows."""
+        return self.docs[int(self.offsets[i]) : int(self.offsets[i + 1])]
+
+    def counts(self) -> np.ndarray:
+        """(Q,) the length of every row."""
+        return np.diff(self.offsets)
+
+    @classmethod
+    def from_lists(cls, lists: Sequence[np.ndarray | Sequence[int]]) -> DocRows:
+        """Rows from one list of corpus rows per query."""
+        counts = [len(rows) for rows in lists]
+        docs = np.concatenate([np.asarray(rows, dtype=np.int32) for rows in lists]) if lists else np.zeros(0)
+        return cls(np.concatenate(([0], np.cumsum(counts, dtype=np.int64))), docs.astype(np.int32))
+
+
+def judged_positives(qrels: Qrels, qids: Sequence[str], docs: DocIndex) -> DocRows:
+    """Each query's relevant documents (grade > 0) as corpus rows, in docid order."""
+    named = [sorted(d for d, g in qrels[q].items() if g > 0) for q in qids]
+    rows = docs.rows([d for positives in named for d in positives])
+    offsets = np.concatenate(([0], np.cumsum([len(p) for p in named], dtype=np.int64)))
+    return DocRows(offsets, rows.astype(np.int32))
+
+
+def negative_pool(run: RankedRows, positives: DocRows, n_docs: int) -> DocRows:
+    """Every row of ``run`` (already cut to the pool's depth), in rank order, minus the query's judged positives."""
+    positive_rows = np.repeat(np.arange(len(positives), dtype=np.int64), positives.counts())
+    positive_keys = positive_rows * n_docs + positives.docs
+    kept_docs, kept_counts = [], []
+    for start, end in row_blocks(run.offsets):
+        rows = np.repeat(np.arange(start, end, dtype=np.int64), np.diff(run.offsets[start : end + 1]))
+        doc = np.asarray(run.docs[run.offsets[start] : run.offsets[end]])
+        negative = ~np.isin(rows * n_docs + doc, positive_keys)
+        kept_docs.append(doc[negative])
+        kept_counts.append(np.bincount(rows[negative] - start, minlength=end - start))
+    counts = np.concatenate(kept_counts) if kept_counts else np.zeros(0, dtype=np.int64)
+    docs = np.concatenate(kept_docs) if kept_docs else np.zeros(0, dtype=np.int32)
+    return DocRows(np.concatenate(([0], np.cumsum(counts))), docs.astype(np.int32))
 
 
 def query_rng(qid: str, seed: int, epoch: int) -> np.random.Generator:
@@ -37,39 +85,46 @@ class GroupSampling:
     """How a training group (one positive, n negatives) is drawn for a query.
 
     Attributes:
-        positives: qid → judged relevant docids (grade > 0).
-        pool: qid → candidate negatives (may be empty for a query).
-        corpus_ids: All docids, for random negatives and as the fallback of an empty pool.
+        row_of: qid → its row in ``positives`` and ``pool``.
+        positives: Judged relevant corpus rows (grade > 0) per query row.
+        pool: Candidate negatives per query row (a row may be empty).
+        docs: The corpus's ids; random negatives are drawn over its rows, the fallback of an empty pool.
         n_negatives: Negatives per query.
         seed: Global seed.
         random_negatives: Draw negatives uniformly from the corpus instead of the pool (ablation).
     """
 
-    positives: dict[str, list[str]]
-    pool: dict[str, list[str]]
-    corpus_ids: list[str]
+    row_of: Mapping[str, int]
+    positives: DocRows
+    pool: DocRows
+    docs: DocIndex
     n_negatives: int
     seed: int
     random_negatives: bool = False
 
-    def group(self, qid: str, epoch: int) -> list[str]:
-        """[positive, negative_1, …, negative_n] for ``qid`` at ``epoch``."""
+    def group_rows(self, qid: str, epoch: int) -> np.ndarray:
+        """(1 + n,) corpus rows: [positive, negative_1, …, negative_n] for ``qid`` at ``epoch``."""
         rng = query_rng(qid, self.seed, epoch)
-        positives = self.positives[qid]
-        positive = positives[int(rng.integers(len(positives)))]
-        candidates = self.pool.get(qid, [])
-        if self.random_negatives or not candidates:
-            return [positive, *self._random_negatives(rng, set(positives))]
+        row = self.row_of[qid]
+        positives = self.positives.row(row)
+        positive = int(positives[int(rng.integers(len(positives)))])
+        candidates = self.pool.row(row)
+        if self.random_negatives or not len(candidates):
+            return np.asarray([positive, *self._random_negatives(rng, set(positives.tolist()))], dtype=np.int64)
         replace = len(candidates) < self.n_negatives
         picks = rng.choice(len(candidates), size=self.n_negatives, replace=replace)
-        return [positive, *(candidates[i] for i in picks)]
+        return np.concatenate(([positive], candidates[picks])).astype(np.int64)
 
-    def _random_negatives(self, rng: np.random.Generator, positives: set[str]) -> list[str]:
-        negatives: list[str] = []
+    def group(self, qid: str, epoch: int) -> list[str]:
+        """[positive, negative_1, …, negative_n] for ``qid`` at ``epoch``, as document ids."""
+        return self.docs.names(self.group_rows(qid, epoch))
+
+    def _random_negatives(self, rng: np.random.Generator, positives: set[int]) -> list[int]:
+        negatives: list[int] = []
         while len(negatives) < self.n_negatives:
-            docid = self.corpus_ids[int(rng.integers(len(self.corpus_ids)))]
-            if docid not in positives:
-                negatives.append(docid)
+            row = int(rng.integers(len(self.docs)))
+            if row not in positives:
+                negatives.append(row)
         return negatives
 
 

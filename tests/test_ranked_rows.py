@@ -1,0 +1,125 @@
+"""Columnar runs: what read_run + trec_eval's ranking give, in arrays; every bad line named; BM25 searched in parts."""
+
+import gzip
+import random
+import re
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from retrieval_zoo.data.formats import FormatError, read_run, top_k, write_run
+from retrieval_zoo.data.ranked_rows import DocIndex, RankedRows, cached_ranked_rows, read_ranked_rows
+from retrieval_zoo.lexical import bm25 as bm25_module
+from retrieval_zoo.training.lookups import PairTable
+
+
+def read(tmp_path: Path, lines: str, qids: list[str], docs: DocIndex, depth: int | None = None, block: int = 2):
+    (tmp_path / "run.trec").write_text(lines)
+    folder = tmp_path / "rows"
+    folder.mkdir(exist_ok=True)
+    queries = dict.fromkeys(["q1", "q2", "q3", "q9"])
+    return read_ranked_rows([tmp_path / "run.trec"], queries, qids, docs, depth, folder, block_lines=block)
+
+
+def as_run(rows: RankedRows, qids: list[str], docs: DocIndex) -> dict:
+    return {q: dict(zip(docs.names(rows.row(i)[0]), rows.row(i)[1].tolist(), strict=True)) for i, q in enumerate(qids)}
+
+
+def test_doc_index_maps_ids_to_corpus_rows_and_back() -> None:
+    docs = DocIndex(["d3", "d1", "d10", "d2"])
+    assert docs.rows(["d10", "d3", "nope", "d2"]).tolist() == [2, 0, -1, 3]
+    assert docs.names([3, 0]) == ["d2", "d3"] and docs.id_rank.tolist() == [3, 0, 1, 2]  # "d1" < "d10" < "d2" < "d3"
+    assert DocIndex([]).rows(["x"]).tolist() == [-1]
+
+
+def test_interleaved_queries_are_ranked_as_trec_eval_ranks_them_and_cut(tmp_path: Path) -> None:
+    rng = random.Random(0)
+    docs = DocIndex([f"d{i}" for i in range(40)])
+    scores = [1.0, 2.0, 2.5, 3.0]  # few values: many ties
+    lines = [(q, f"d{d}", rng.choice(scores)) for q in ("q1", "q2", "q9") for d in rng.sample(range(40), 15)]
+    rng.shuffle(lines)  # queries interleave across the blocks of 7 lines
+    text = "".join(f"{q} Q0 {d} 0 {s} t\n" for q, d, s in lines)
+    rows = read(tmp_path, text, ["q2", "q3", "q1"], docs, depth=10, block=7)
+    expected = top_k(read_run(tmp_path / "run.trec"), 10)  # ties broken by docid descending
+    assert [docs.names(rows.row(i)[0]) for i in range(3)] == [list(expected["q2"]), [], list(expected["q1"])]
+    assert as_run(rows, ["q2", "q3", "q1"], docs) == {"q2": expected["q2"], "q3": {}, "q1": expected["q1"]}
+    assert rows.docs.dtype == np.int32 and rows.scores.dtype == np.float32 and isinstance(rows.docs, np.memmap)
+
+
+@pytest.mark.parametrize(
+    ("content", "line", "problem"),
+    [
+        ("q1 Q0 d1 1 1.0 t\nq7 Q0 d1 1 1.0 t\n", 2, "unknown query id 'q7'"),
+        ("q1 Q0 d1 1 1.0 t\nq1 Q0 d1 1 1.0 t\nq1 Q0 dx 1 1.0 t\n", 3, "unknown document id 'dx'"),
+        ("q1 Q0 d1 1 1.0 t\nq1 Q0 d2 1 1.0 t\nq1 Q0 d3 1 high t\n", 3, "score 'high' is not a number"),
+        ("q1 Q0 d1 1 1.0 t\nq1 Q0 d2 1 nan t\n", 2, "score 'nan' is not finite"),
+        ("q1 Q0 d1 1 1 t\nq2 Q0 d1 1 1 t\nq2 Q0 d2 1 1 t\nq1 Q0 d1 1 0.5 t\n", 4, "'d1' appears twice for query 'q1'"),
+        ("q1 Q0 d1 1 1.0 t\nq1 d1 1 1.0 t\n", 2, "expected 6 fields, found 5"),
+    ],
+)
+def test_every_bad_line_is_named_across_blocks(tmp_path: Path, content: str, line: int, problem: str) -> None:
+    with pytest.raises(FormatError, match=f"run.trec:{line}: .*{problem}"):
+        read(tmp_path, content, ["q1", "q2"], DocIndex(["d1", "d2", "d3"]))
+
+
+def test_a_damaged_gzip_run_is_an_error_naming_the_file(tmp_path: Path) -> None:
+    path = tmp_path / "run.trec.gz"
+    path.write_bytes(gzip.compress(b"q1 Q0 d1 1 1.0 t\n" * 1000)[:-30])
+    folder = tmp_path / "rows"
+    folder.mkdir()
+    with pytest.raises(FormatError, match="run.trec.gz: damaged file"):
+        read_ranked_rows([path], {"q1": None}, ["q1"], DocIndex(["d1"]), None, folder)
+
+
+def test_a_run_file_is_read_once_and_cached_by_its_content(tmp_path: Path) -> None:
+    docs = DocIndex(["d1", "d2"])
+    path = tmp_path / "run.trec"
+    write_run(path, {"q1": {"d1": 1.0, "d2": 2.0}})
+    first = cached_ranked_rows(path, {"q1": None}, ["q1"], docs, 1)
+    assert docs.names(first.docs) == ["d2"]
+    again = cached_ranked_rows(path, {"q1": None}, ["q1"], docs, 1)
+    assert Path(first.docs.filename).parent == Path(again.docs.filename).parent
+    write_run(path, {"q1": {"d1": 3.0, "d2": 2.0}})  # new content, new entry
+    assert docs.names(cached_ranked_rows(path, {"q1": None}, ["q1"], docs, 1).docs) == ["d1"]
+
+
+def test_bm25_rows_are_searched_in_parts_resumed_and_equal_the_run(tiny, tiny_bm25, monkeypatch, capsys) -> None:
+    queries = {q: tiny.queries["train"][q] for q in sorted(tiny.judged_queries("train"))[:25]}
+    docs = DocIndex(tiny.corpus)
+    monkeypatch.setattr(bm25_module, "SEARCH_HITS", 10 * 20)  # 10 queries a part at k = 20: three parts
+    rows = tiny_bm25.search_rows(queries, 20, docs)
+    assert capsys.readouterr().out.count("[bm25] queries ") == 3
+    run, columnar = top_k(tiny_bm25.search(queries, 20), 20), as_run(rows, list(queries), docs)
+    assert [list(columnar[q]) for q in queries] == [list(run[q]) for q in queries]  # the same ranking
+    assert all(columnar[q] == pytest.approx(run[q]) for q in queries)  # float32 scores
+    again = tiny_bm25.search_rows(queries, 20, docs)  # cached: nothing is searched
+    assert "[bm25] queries" not in capsys.readouterr().out and np.array_equal(again.docs, rows.docs)
+    more = dict(list(tiny.judged_queries("train").items())[:35])  # a killed search resumes: done parts are read
+    more = {q: more[q] for q in sorted(more)}
+    tiny_bm25.search_rows(more, 20, docs)  # parts 1–10 and 11–20 are those of the first search
+    assert re.findall(r"queries (\S+) of", capsys.readouterr().out) == ["21–30", "31–35"]
+
+
+def test_a_damaged_part_is_searched_again(tiny, tiny_bm25, monkeypatch, capsys) -> None:
+    queries = {q: tiny.queries["train"][q] for q in sorted(tiny.judged_queries("train"))[40:50]}
+    docs = DocIndex(tiny.corpus)
+    expected = tiny_bm25.search_rows(queries, 7, docs)
+    part = next((tiny_bm25.cache / "bm25" / "runs").glob("run-k7-*.trec.gz"))
+    part.write_bytes(part.read_bytes()[:-40])
+    for folder in (tiny_bm25.cache / "bm25" / "rows").glob("rows-k7-*"):
+        if folder.is_dir():
+            shutil.rmtree(folder)
+    again = tiny_bm25.search_rows(queries, 7, docs)
+    assert "is unusable" in capsys.readouterr().out and np.array_equal(again.docs, expected.docs)
+
+
+def test_pair_table_gives_batches_and_names_a_missing_pair() -> None:
+    docs = DocIndex(["a", "b", "c"])
+    keys = np.array([0 * 3 + 1, 1 * 3 + 0, 1 * 3 + 2])  # (q1, b), (q2, a), (q2, c)
+    table = PairTable("teacher_scores", {"q1": 0, "q2": 1}, docs, keys, np.array([0.5, 1.5, 2.5], np.float32))
+    assert torch.equal(table.matrix(["q2", "q1"], [["c", "a"], ["b", "b"]]), torch.tensor([[2.5, 1.5], [0.5, 0.5]]))
+    with pytest.raises(KeyError, match=r"teacher_scores: no score for query 'q2' and documents \['b'\]"):
+        table.matrix(["q1", "q2"], [["b"], ["b"]])
