@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 import torch
 
+from retrieval_zoo.data import run_blocks as run_blocks_module
 from retrieval_zoo.data.formats import FormatError, read_run, top_k, write_run
 from retrieval_zoo.data.ranked_rows import DocIndex, RankedRows, cached_ranked_rows, read_ranked_rows
 from retrieval_zoo.lexical import bm25 as bm25_module
@@ -123,3 +124,25 @@ def test_pair_table_gives_batches_and_names_a_missing_pair() -> None:
     assert torch.equal(table.matrix(["q2", "q1"], [["c", "a"], ["b", "b"]]), torch.tensor([[2.5, 1.5], [0.5, 0.5]]))
     with pytest.raises(KeyError, match=r"teacher_scores: no score for query 'q2' and documents \['b'\]"):
         table.matrix(["q1", "q2"], [["b"], ["b"]])
+
+
+@pytest.mark.parametrize(
+    ("bad", "problem"),
+    [("", "blank line"), ("q1 Q0 d2 3 1.0", "expected 6 fields, found 5"), ("q1 Q0 d2 3 1.0 t extra", "found 7")],
+)
+def test_a_bad_line_deep_in_a_file_read_in_small_pieces_is_named(
+    tmp_path: Path, monkeypatch, bad: str, problem: str
+) -> None:
+    monkeypatch.setattr(run_blocks_module, "READ_BYTES", 64)  # a few lines a piece: the bad one is far from the first
+    good = [f"q{1 + i % 2} Q0 d{i % 3 + 1}x{i} 1 {i}.5 t" for i in range(40)]
+    docs = DocIndex([f"d{i % 3 + 1}x{i}" for i in range(40)] + ["d2"])
+    (tmp_path / "run.trec").write_text("\r\n".join(good[:30] + [bad] + good[30:]) + "\r\n")
+    folder = tmp_path / "rows"
+    folder.mkdir()
+    with pytest.raises(FormatError, match=f"run.trec:31: {problem}"):
+        read_ranked_rows([tmp_path / "run.trec"], {"q1": 0, "q2": 0}, ["q1", "q2"], docs, None, folder, block_lines=4)
+    (tmp_path / "run.trec").write_text("\r\n".join(good))  # CRLF endings, no final newline: all 40 lines
+    rows = read_ranked_rows(
+        [tmp_path / "run.trec"], {"q1": 0, "q2": 0}, ["q1", "q2"], docs, None, folder, block_lines=4
+    )
+    assert len(rows.docs) == 40 and rows.scores[[0, 20]].tolist() == [38.5, 39.5]  # q1 has the even lines
