@@ -128,7 +128,11 @@ def test_pair_table_gives_batches_and_names_a_missing_pair() -> None:
 
 @pytest.mark.parametrize(
     ("bad", "problem"),
-    [("", "blank line"), ("q1 Q0 d2 3 1.0", "expected 6 fields, found 5"), ("q1 Q0 d2 3 1.0 t extra", "found 7")],
+    [
+        ("", "blank line"),
+        ("q1 Q0 d2 3 1.0", "expected 6 fields, found 5"),
+        ("q1 Q0 d2 3 1.0 t extra", "expected 6 fields, found 7"),
+    ],
 )
 def test_a_bad_line_deep_in_a_file_read_in_small_pieces_is_named(
     tmp_path: Path, monkeypatch, bad: str, problem: str
