@@ -24,6 +24,7 @@ from tqdm import tqdm
 from transformers import PreTrainedTokenizerBase
 
 from retrieval_zoo.cache import atomic_path, cache_root, entry_lock, fingerprint, write_json
+from retrieval_zoo.id_index import IdIndex
 
 
 @dataclass
@@ -117,7 +118,7 @@ class TokenCache:
         self.offsets = np.load(folder / "offsets.npy", mmap_mode="r")
         if len(self.offsets) != len(keys) + 1:
             raise ValueError(f"{folder}: {len(self.offsets) - 1:,} texts cached, {len(keys):,} expected")
-        self.row = {key: i for i, key in enumerate(keys)}
+        self.index = IdIndex(keys)
 
     @classmethod
     def build(
@@ -145,7 +146,10 @@ class TokenCache:
         return len(self.offsets) - 1
 
     def _rows(self, keys: list[str]) -> np.ndarray:
-        return np.asarray([self.row[k] for k in keys], dtype=np.int64)
+        rows = self.index.rows(keys)
+        if (rows < 0).any():
+            raise KeyError(f"{self.folder}: no cached tokens for {keys[int(np.argmax(rows < 0))]!r}")
+        return rows
 
     def lengths(self, keys: list[str]) -> np.ndarray:
         """(N,) the number of tokens of each of these texts."""

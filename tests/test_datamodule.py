@@ -4,11 +4,12 @@ import numpy as np
 import pytest
 import torch
 
-from retrieval_zoo.data.ranked_rows import DocIndex, RankedRows
+from retrieval_zoo.data.ranked_rows import RankedRows
+from retrieval_zoo.id_index import IdIndex
 from retrieval_zoo.training.datamodule import TriplesDataModule
 from retrieval_zoo.training.negatives import DocRows, GroupSampling, ShardedEpochSampler, negative_pool
 
-CORPUS = DocIndex(["p1", "p2", "p3", "n1", "n2", "n3", "r1", "r2"])
+CORPUS = IdIndex(["p1", "p2", "p3", "n1", "n2", "n3", "r1", "r2"])
 
 
 def sampling(random_negatives: bool = False) -> GroupSampling:
@@ -32,7 +33,7 @@ def test_groups_are_deterministic_per_qid_seed_epoch() -> None:
 
 
 def test_positives_are_never_negatives() -> None:
-    docs = DocIndex(["p", "a", "b", "c"])
+    docs = IdIndex(["p", "a", "b", "c"])
     run = RankedRows(np.array([0, 3]), docs.rows(["a", "p", "b"]).astype(np.int32), np.array([3.0, 2.0, 1.0]))
     pool = negative_pool(run, DocRows.from_lists([docs.rows(["p"])]), len(docs))  # "b" is judged, but not relevant
     assert docs.names(pool.row(0)) == ["a", "b"]

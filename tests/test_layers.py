@@ -12,7 +12,19 @@ PACKAGE = Path(__file__).resolve().parents[1] / "retrieval_zoo"
 LAYERS = [  # lowest first; a module may import from its own layer and the ones below
     (
         "ground",
-        {"cache", "rows", "distributed", "batching", "resume", "loggers", "backbones", "losses", "tokens", "encoder"},
+        {
+            "cache",
+            "rows",
+            "distributed",
+            "batching",
+            "resume",
+            "loggers",
+            "backbones",
+            "losses",
+            "id_index",
+            "tokens",
+            "encoder",
+        },
     ),
     ("run loading", {"trained", "teachers"}),  # a trained run read back, as a model or a distillation teacher
     ("collections", {"data"}),  # collection and run files: reading, writing, checking

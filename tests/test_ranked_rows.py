@@ -12,12 +12,13 @@ import torch
 
 from retrieval_zoo.data import run_blocks as run_blocks_module
 from retrieval_zoo.data.formats import FormatError, read_run, top_k, write_run
-from retrieval_zoo.data.ranked_rows import DocIndex, RankedRows, cached_ranked_rows, read_ranked_rows
+from retrieval_zoo.data.ranked_rows import RankedRows, cached_ranked_rows, read_ranked_rows
+from retrieval_zoo.id_index import IdIndex
 from retrieval_zoo.lexical import bm25 as bm25_module
 from retrieval_zoo.training.lookups import PairTable
 
 
-def read(tmp_path: Path, lines: str, qids: list[str], docs: DocIndex, depth: int | None = None, block: int = 2):
+def read(tmp_path: Path, lines: str, qids: list[str], docs: IdIndex, depth: int | None = None, block: int = 2):
     (tmp_path / "run.trec").write_text(lines)
     folder = tmp_path / "rows"
     folder.mkdir(exist_ok=True)
@@ -25,20 +26,20 @@ def read(tmp_path: Path, lines: str, qids: list[str], docs: DocIndex, depth: int
     return read_ranked_rows([tmp_path / "run.trec"], queries, qids, docs, depth, folder, block_lines=block)
 
 
-def as_run(rows: RankedRows, qids: list[str], docs: DocIndex) -> dict:
+def as_run(rows: RankedRows, qids: list[str], docs: IdIndex) -> dict:
     return {q: dict(zip(docs.names(rows.row(i)[0]), rows.row(i)[1].tolist(), strict=True)) for i, q in enumerate(qids)}
 
 
 def test_doc_index_maps_ids_to_corpus_rows_and_back() -> None:
-    docs = DocIndex(["d3", "d1", "d10", "d2"])
+    docs = IdIndex(["d3", "d1", "d10", "d2"])
     assert docs.rows(["d10", "d3", "nope", "d2"]).tolist() == [2, 0, -1, 3]
     assert docs.names([3, 0]) == ["d2", "d3"] and docs.id_rank.tolist() == [3, 0, 1, 2]  # "d1" < "d10" < "d2" < "d3"
-    assert DocIndex([]).rows(["x"]).tolist() == [-1]
+    assert IdIndex([]).rows(["x"]).tolist() == [-1]
 
 
 def test_interleaved_queries_are_ranked_as_trec_eval_ranks_them_and_cut(tmp_path: Path) -> None:
     rng = random.Random(0)
-    docs = DocIndex([f"d{i}" for i in range(40)])
+    docs = IdIndex([f"d{i}" for i in range(40)])
     scores = [1.0, 2.0, 2.5, 3.0]  # few values: many ties
     lines = [(q, f"d{d}", rng.choice(scores)) for q in ("q1", "q2", "q9") for d in rng.sample(range(40), 15)]
     rng.shuffle(lines)  # queries interleave across the blocks of 7 lines
@@ -63,7 +64,7 @@ def test_interleaved_queries_are_ranked_as_trec_eval_ranks_them_and_cut(tmp_path
 )
 def test_every_bad_line_is_named_across_blocks(tmp_path: Path, content: str, line: int, problem: str) -> None:
     with pytest.raises(FormatError, match=f"run.trec:{line}: .*{problem}"):
-        read(tmp_path, content, ["q1", "q2"], DocIndex(["d1", "d2", "d3"]))
+        read(tmp_path, content, ["q1", "q2"], IdIndex(["d1", "d2", "d3"]))
 
 
 def test_a_damaged_gzip_run_is_an_error_naming_the_file(tmp_path: Path) -> None:
@@ -72,11 +73,11 @@ def test_a_damaged_gzip_run_is_an_error_naming_the_file(tmp_path: Path) -> None:
     folder = tmp_path / "rows"
     folder.mkdir()
     with pytest.raises(FormatError, match="run.trec.gz: damaged file"):
-        read_ranked_rows([path], {"q1": None}, ["q1"], DocIndex(["d1"]), None, folder)
+        read_ranked_rows([path], {"q1": None}, ["q1"], IdIndex(["d1"]), None, folder)
 
 
 def test_a_run_file_is_read_once_and_cached_by_its_content(tmp_path: Path) -> None:
-    docs = DocIndex(["d1", "d2"])
+    docs = IdIndex(["d1", "d2"])
     path = tmp_path / "run.trec"
     write_run(path, {"q1": {"d1": 1.0, "d2": 2.0}})
     first = cached_ranked_rows(path, {"q1": None}, ["q1"], docs, 1)
@@ -89,7 +90,7 @@ def test_a_run_file_is_read_once_and_cached_by_its_content(tmp_path: Path) -> No
 
 def test_bm25_rows_are_searched_in_parts_resumed_and_equal_the_run(tiny, tiny_bm25, monkeypatch, capsys) -> None:
     queries = {q: tiny.queries["train"][q] for q in sorted(tiny.judged_queries("train"))[:25]}
-    docs = DocIndex(tiny.corpus)
+    docs = IdIndex(tiny.corpus)
     monkeypatch.setattr(bm25_module, "SEARCH_HITS", 10 * 20)  # 10 queries a part at k = 20: three parts
     rows = tiny_bm25.search_rows(queries, 20, docs)
     assert capsys.readouterr().out.count("[bm25] queries ") == 3
@@ -106,7 +107,7 @@ def test_bm25_rows_are_searched_in_parts_resumed_and_equal_the_run(tiny, tiny_bm
 
 def test_a_damaged_part_is_searched_again(tiny, tiny_bm25, monkeypatch, capsys) -> None:
     queries = {q: tiny.queries["train"][q] for q in sorted(tiny.judged_queries("train"))[40:50]}
-    docs = DocIndex(tiny.corpus)
+    docs = IdIndex(tiny.corpus)
     expected = tiny_bm25.search_rows(queries, 7, docs)
     part = next((tiny_bm25.cache / "bm25" / "runs").glob("run-k7-*.trec.gz"))
     part.write_bytes(part.read_bytes()[:-40])
@@ -118,7 +119,7 @@ def test_a_damaged_part_is_searched_again(tiny, tiny_bm25, monkeypatch, capsys) 
 
 
 def test_pair_table_gives_batches_and_names_a_missing_pair() -> None:
-    docs = DocIndex(["a", "b", "c"])
+    docs = IdIndex(["a", "b", "c"])
     keys = np.array([0 * 3 + 1, 1 * 3 + 0, 1 * 3 + 2])  # (q1, b), (q2, a), (q2, c)
     table = PairTable("teacher_scores", {"q1": 0, "q2": 1}, docs, keys, np.array([0.5, 1.5, 2.5], np.float32))
     assert torch.equal(table.matrix(["q2", "q1"], [["c", "a"], ["b", "b"]]), torch.tensor([[2.5, 1.5], [0.5, 0.5]]))
@@ -139,7 +140,7 @@ def test_a_bad_line_deep_in_a_file_read_in_small_pieces_is_named(
 ) -> None:
     monkeypatch.setattr(run_blocks_module, "READ_BYTES", 64)  # a few lines a piece: the bad one is far from the first
     good = [f"q{1 + i % 2} Q0 d{i % 3 + 1}x{i} 1 {i}.5 t" for i in range(40)]
-    docs = DocIndex([f"d{i % 3 + 1}x{i}" for i in range(40)] + ["d2"])
+    docs = IdIndex([f"d{i % 3 + 1}x{i}" for i in range(40)] + ["d2"])
     (tmp_path / "run.trec").write_text("\r\n".join(good[:30] + [bad] + good[30:]) + "\r\n")
     folder = tmp_path / "rows"
     folder.mkdir()

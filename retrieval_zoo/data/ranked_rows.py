@@ -11,12 +11,10 @@ ties by document id descending) and cut to a depth. Nothing it holds grows with 
 from __future__ import annotations
 
 import gc
-import hashlib
 import tempfile
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from functools import cached_property
 from itertools import repeat
 from pathlib import Path
 
@@ -25,49 +23,10 @@ import numpy as np
 from retrieval_zoo.cache import atomic_path, cache_root, entry_lock, file_digest, fingerprint
 from retrieval_zoo.data.formats import FormatError, _rows
 from retrieval_zoo.data.run_blocks import run_blocks
+from retrieval_zoo.id_index import IdIndex
 
 BLOCK_LINES = 1 << 20  # lines parsed, and entries ranked, at a time
 FORMAT = "ranked-rows-v1"
-
-
-class DocIndex:
-    """Document ids ↔ their rows in corpus order, as numpy arrays (a dict of 8.8M ids is gigabytes of objects).
-
-    Args:
-        docids: Every document id, in corpus order; a document's row is its position.
-    """
-
-    def __init__(self, docids: Iterable[str]) -> None:
-        self.ids = np.asarray(list(docids), dtype=str)
-        self.order = np.argsort(self.ids, kind="stable")
-        self.sorted = self.ids[self.order]
-
-    def __len__(self) -> int:
-        return len(self.ids)
-
-    @cached_property
-    def digest(self) -> str:
-        """A hash of the ids in row order: keys every cached artifact that stores rows."""
-        return hashlib.sha256(self.ids.tobytes()).hexdigest()[:16]
-
-    @cached_property
-    def id_rank(self) -> np.ndarray:
-        """(N,) each row's position in id order: trec_eval's tie-break, as integers."""
-        rank = np.empty(len(self.ids), dtype=np.int64)
-        rank[self.order] = np.arange(len(self.ids))
-        return rank
-
-    def rows(self, docids: Sequence[str]) -> np.ndarray:
-        """(n,) int64 rows of these ids; −1 for an id that is not in the corpus."""
-        wanted = np.asarray(docids, dtype=str)
-        if not len(self.sorted) or not len(wanted):
-            return np.full(len(wanted), -1, dtype=np.int64)
-        at = np.minimum(np.searchsorted(self.sorted, wanted), len(self.sorted) - 1)
-        return np.where(self.sorted[at] == wanted, self.order[at], -1)
-
-    def names(self, rows: np.ndarray | Sequence[int]) -> list[str]:
-        """The ids of these rows, as Python strings."""
-        return self.ids[np.asarray(rows, dtype=np.int64)].tolist()
 
 
 @dataclass
@@ -107,7 +66,7 @@ def read_ranked_rows(
     paths: Sequence[str | Path],
     queries: Mapping[str, object],
     qids: Sequence[str],
-    docs: DocIndex,
+    docs: IdIndex,
     depth: int | None,
     folder: Path,
     block_lines: int = BLOCK_LINES,
@@ -172,7 +131,7 @@ def _parse_block(
     lines: list[list[str]],
     queries: Mapping[str, object],
     row_of: dict[str, int],
-    docs: DocIndex,
+    docs: IdIndex,
 ) -> dict[str, np.ndarray]:
     """One block's kept entries as arrays, checking its ids and scores (the line of a problem is ``first + i``)."""
     qids, docids, scores = [f[0] for f in lines], [f[2] for f in lines], [f[4] for f in lines]
@@ -234,7 +193,7 @@ def _rank_and_cut(
     offsets: np.ndarray,
     doc_all: np.ndarray,
     score_all: np.ndarray,
-    docs: DocIndex,
+    docs: IdIndex,
     depth: int | None,
     folder: Path,
     paths: Sequence[str | Path],
@@ -266,7 +225,7 @@ def _rank_and_cut(
     return RankedRows.load(folder)
 
 
-def _check_unique(rows: np.ndarray, doc: np.ndarray, docs: DocIndex, paths: Sequence, qids: Sequence[str]) -> None:
+def _check_unique(rows: np.ndarray, doc: np.ndarray, docs: IdIndex, paths: Sequence, qids: Sequence[str]) -> None:
     """Fail on a document listed twice for one query, naming the line that repeats it."""
     order = np.lexsort((doc, rows))
     repeated = (rows[order][1:] == rows[order][:-1]) & (doc[order][1:] == doc[order][:-1])
@@ -284,7 +243,7 @@ def _check_unique(rows: np.ndarray, doc: np.ndarray, docs: DocIndex, paths: Sequ
 
 
 def cached_ranked_rows(
-    path: str | Path, queries: Mapping[str, object], qids: Sequence[str], docs: DocIndex, depth: int | None
+    path: str | Path, queries: Mapping[str, object], qids: Sequence[str], docs: IdIndex, depth: int | None
 ) -> RankedRows:
     """:func:`read_ranked_rows` of one run file, cached under the file's content, the queries, ids and depth."""
     key = fingerprint(file_digest(path), docs.digest, sorted(queries), list(qids), depth, FORMAT)

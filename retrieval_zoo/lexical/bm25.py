@@ -22,7 +22,8 @@ import numpy as np
 from retrieval_zoo.cache import atomic_path, cache_root, entry_lock, fingerprint
 from retrieval_zoo.data.collections import Collection
 from retrieval_zoo.data.formats import FormatError, Run, read_run, write_id_text_tsv
-from retrieval_zoo.data.ranked_rows import DocIndex, RankedRows, read_ranked_rows
+from retrieval_zoo.data.ranked_rows import RankedRows, read_ranked_rows
+from retrieval_zoo.id_index import IdIndex
 from retrieval_zoo.lexical import lucene_ops
 from retrieval_zoo.lexical.java import LuceneWorker, indexing_options
 
@@ -126,7 +127,7 @@ class BM25:
             )
         return {qid: run.get(qid, {}) for qid in queries}
 
-    def search_rows(self, queries: dict[str, str], k: int, docs: DocIndex) -> RankedRows:
+    def search_rows(self, queries: dict[str, str], k: int, docs: IdIndex) -> RankedRows:
         """The top ``k`` of each query as columnar :class:`RankedRows` (row ``i``: the ``i``-th query), cached.
 
         For training-scale query sets (500k MS MARCO queries at k = 1,000 is 500M hits). Searched in parts of

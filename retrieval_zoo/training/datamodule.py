@@ -24,7 +24,8 @@ from torch.utils.data import DataLoader
 
 from retrieval_zoo.cache import fingerprint
 from retrieval_zoo.data.collections import Collection
-from retrieval_zoo.data.ranked_rows import DocIndex, RankedRows, cached_ranked_rows
+from retrieval_zoo.data.ranked_rows import RankedRows, cached_ranked_rows
+from retrieval_zoo.id_index import IdIndex
 from retrieval_zoo.lexical.bm25 import BM25
 from retrieval_zoo.lexical.sparse_rows import SparseBatch, SparseRows
 from retrieval_zoo.tokens import TextTokenizer, TokenCache, Tokens
@@ -159,7 +160,7 @@ class TriplesDataModule(L.LightningDataModule):
         unjudged = len(self.collection.queries[split]) - len(queries) - len(held_out)
         if unjudged:
             print(f"[data] {unjudged:,} {split} queries have no relevant document and are not trained on")
-        docs, qids = DocIndex(self.collection.corpus), self.train_qids  # the rows of every table below
+        docs, qids = IdIndex(self.collection.corpus), self.train_qids  # the rows of every table below
         if self.negatives_run:
             bm25_run, run = None, self._read_rows(self.negatives_run, qids, docs, self.negative_depth)
         else:
@@ -208,7 +209,7 @@ class TriplesDataModule(L.LightningDataModule):
         return {side: ({key: i for i, key in enumerate(bags)}, SparseRows(list(bags.values()), keys))
                 for side, bags in (("query", query_idf), ("doc", doc_weights))}  # fmt: skip
 
-    def _read_rows(self, path: str, qids: list[str], docs: DocIndex, depth: int | None) -> RankedRows:
+    def _read_rows(self, path: str, qids: list[str], docs: IdIndex, depth: int | None) -> RankedRows:
         """A run file's rankings of ``qids``, whose query and document ids must all belong to the collection."""
         return cached_ranked_rows(path, self.collection.queries[self.collection.train_split], qids, docs, depth)
 

@@ -13,7 +13,8 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 import torch
 
-from retrieval_zoo.data.ranked_rows import DocIndex, RankedRows, row_blocks
+from retrieval_zoo.data.ranked_rows import RankedRows, row_blocks
+from retrieval_zoo.id_index import IdIndex
 from retrieval_zoo.lexical.bm25 import BM25
 from retrieval_zoo.training.negatives import DocRows, GroupSampling
 
@@ -30,7 +31,7 @@ class PairTable:
     """
 
     def __init__(
-        self, name: str, row_of: Mapping[str, int], docs: DocIndex, keys: np.ndarray, values: np.ndarray
+        self, name: str, row_of: Mapping[str, int], docs: IdIndex, keys: np.ndarray, values: np.ndarray
     ) -> None:
         self.name, self.row_of, self.docs, self.keys, self.values = name, row_of, docs, keys, values
 
@@ -80,7 +81,7 @@ def run_scores(run: RankedRows, keys: np.ndarray, n_docs: int) -> tuple[np.ndarr
 
 
 def bm25_pair_table(
-    bm25: BM25, queries: dict[str, str], row_qids: Sequence[str], keys: np.ndarray, docs: DocIndex, run: RankedRows
+    bm25: BM25, queries: dict[str, str], row_qids: Sequence[str], keys: np.ndarray, docs: IdIndex, run: RankedRows
 ) -> PairTable:
     """BM25 scores of ``keys``' pairs: from the BM25 run when it holds the pair, else computed by pyserini."""
     n_docs = len(docs)

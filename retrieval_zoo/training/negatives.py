@@ -16,7 +16,8 @@ import numpy as np
 import torch.utils.data
 
 from retrieval_zoo.data.formats import Qrels
-from retrieval_zoo.data.ranked_rows import DocIndex, RankedRows, row_blocks
+from retrieval_zoo.data.ranked_rows import RankedRows, row_blocks
+from retrieval_zoo.id_index import IdIndex
 
 
 @dataclass
@@ -50,7 +51,7 @@ class DocRows:
         return cls(np.concatenate(([0], np.cumsum(counts, dtype=np.int64))), docs.astype(np.int32))
 
 
-def judged_positives(qrels: Qrels, qids: Sequence[str], docs: DocIndex) -> DocRows:
+def judged_positives(qrels: Qrels, qids: Sequence[str], docs: IdIndex) -> DocRows:
     """Each query's relevant documents (grade > 0) as corpus rows, in docid order."""
     named = [sorted(d for d, g in qrels[q].items() if g > 0) for q in qids]
     rows = docs.rows([d for positives in named for d in positives])
@@ -97,7 +98,7 @@ class GroupSampling:
     row_of: Mapping[str, int]
     positives: DocRows
     pool: DocRows
-    docs: DocIndex
+    docs: IdIndex
     n_negatives: int
     seed: int
     random_negatives: bool = False
