@@ -9,9 +9,11 @@ and the problem, exactly as :func:`~retrieval_zoo.data.formats.read_run` would.
 
 from __future__ import annotations
 
+import gc
 import gzip
 import zlib
 from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from itertools import islice
 from pathlib import Path
 
@@ -82,3 +84,19 @@ def _checked_blocks(path: Path, first: int, block_lines: int) -> Iterator[tuple[
     rows = islice(_rows(path, (6,), sep=None), first - 1, None)
     while block := list(islice(rows, block_lines)):
         yield block[0][0], [fields for _, fields in block]
+
+
+@contextmanager
+def without_cyclic_gc() -> Iterator[None]:
+    """Pause the cyclic garbage collector (reference counting still frees everything here, which has no cycles).
+
+    Parsing a block allocates millions of lists; every collection the allocations trigger walks all live ones, which
+    made reading a run four times slower (5.3 s against 1.5 s for 2M lines).
+    """
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
