@@ -2,7 +2,9 @@
 
 For each size, a synthetic collection (:mod:`benchmarks.synthetic`: the embedded collection's real documents, then
 perturbed copies, training queries in proportion) is written, and each stage runs in a fresh process under its own
-artifact cache, sampled every 0.1 s for the resident memory of its whole process tree (the Lucene JVM included):
+artifact cache, sampled every 0.1 s for the resident memory of its whole process tree (the Lucene JVM included),
+``peak_rss``, and for the anonymous part of it, ``peak_anon`` (what the processes allocated, without the file pages of
+memory-mapped arrays they read, which the kernel can drop):
 
 - ``collection``: reading the TSV files into the project's collection (every stage below starts with it);
 - ``bm25``: the Lucene BM25 index (Anserini), then the 1,200 dev queries at k = 1000;
@@ -34,30 +36,38 @@ from pathlib import Path
 
 MSMARCO = 8_841_823
 STAGES = ("collection", "bm25", "datamodule", "shards", "sparse", "gip", "bmp", "lucene_impact", "faiss")
-MEASURES = ("seconds", "peak_rss", "disk", "ms_per_query")
+MEASURES = ("seconds", "peak_rss", "peak_anon", "disk", "ms_per_query")
 
 
-def tree_rss(root: int) -> int:
-    """Resident bytes of ``root`` and all its descendants (from /proc)."""
+def tree_rss(root: int) -> tuple[int, int]:
+    """Resident bytes of ``root`` and all its descendants, and the anonymous part of them (from /proc).
+
+    Anonymous memory is what the processes allocated (the JVM's heap, Python's objects, arrays in memory); the rest
+    is file pages, such as memory-mapped arrays that were read, which the kernel can drop under pressure.
+    """
     children: dict[int, list[int]] = {}
-    rss: dict[int, int] = {}
+    rss: dict[int, tuple[int, int]] = {}
+    page = os.sysconf("SC_PAGE_SIZE")
     for entry in os.scandir("/proc"):
         if not entry.name.isdigit():
             continue
         try:
             with open(f"/proc/{entry.name}/stat") as handle:
                 fields = handle.read().rsplit(")", 1)[1].split()
+            with open(f"/proc/{entry.name}/statm") as handle:
+                resident, shared = (int(v) for v in handle.read().split()[1:3])
         except OSError:
             continue
         pid = int(entry.name)
         children.setdefault(int(fields[1]), []).append(pid)
-        rss[pid] = int(fields[21]) * os.sysconf("SC_PAGE_SIZE")
-    total, stack = 0, [root]
+        rss[pid] = (resident * page, (resident - shared) * page)
+    total, anonymous, stack = 0, 0, [root]
     while stack:
         pid = stack.pop()
-        total += rss.get(pid, 0)
+        resident, anon = rss.get(pid, (0, 0))
+        total, anonymous = total + resident, anonymous + anon
         stack.extend(children.get(pid, []))
-    return total
+    return total, anonymous
 
 
 def run_stage(stage: str, collection: Path, work: Path, memory_limit: int) -> dict[str, float | str]:
@@ -69,12 +79,13 @@ def run_stage(stage: str, collection: Path, work: Path, memory_limit: int) -> di
     env = os.environ | {"RETRIEVAL_ZOO_CACHE": str(work / "cache")}
     command = [sys.executable, "-m", "benchmarks.scale_stages", stage, str(collection), str(work)]
     process = subprocess.Popen(command, stdout=subprocess.PIPE, env=env, text=True, start_new_session=True)
-    peak, over, done = 0, False, threading.Event()
+    peak, peak_anon, over, done = 0, 0, False, threading.Event()
 
     def sample() -> None:
-        nonlocal peak, over
+        nonlocal peak, peak_anon, over
         while not done.is_set():
-            peak = max(peak, tree_rss(process.pid))
+            resident, anonymous = tree_rss(process.pid)
+            peak, peak_anon = max(peak, resident), max(peak_anon, anonymous)
             if peak > memory_limit and not over:
                 over = True
                 os.killpg(process.pid, signal.SIGKILL)
@@ -85,18 +96,19 @@ def run_stage(stage: str, collection: Path, work: Path, memory_limit: int) -> di
     output, _ = process.communicate()
     done.set()
     sampler.join()
+    memory = {"peak_rss": peak, "peak_anon": peak_anon}
     if over:
-        return {"failed": f"stopped past {memory_limit / 2**30:.0f} GiB resident", "peak_rss": peak}
+        return {"failed": f"stopped past {memory_limit / 2**30:.0f} GiB resident"} | memory
     if process.returncode:
-        return {"failed": f"exit {process.returncode}", "peak_rss": peak}
-    return json.loads(output.strip().splitlines()[-1]) | {"peak_rss": peak}
+        return {"failed": f"exit {process.returncode}"} | memory
+    return json.loads(output.strip().splitlines()[-1]) | memory
 
 
 def human(measure: str, value: float | None) -> str:
     """A figure as the table prints it."""
     if value is None:
         return ""
-    if measure in ("peak_rss", "disk"):
+    if measure in ("peak_rss", "peak_anon", "disk"):
         return f"{value / 2**30:.2f} GiB" if value >= 2**30 else f"{value / 2**20:.0f} MiB"
     if measure == "seconds":
         return f"{value / 3600:.1f} h" if value >= 3600 else f"{value:.1f} s" if value >= 10 else f"{value:.2f} s"

@@ -58,7 +58,14 @@ def test_growth_exponent_and_projection_worked_by_hand(capsys) -> None:
     assert "exit 1" in gip
 
 
-def test_a_process_trees_memory_counts_its_children() -> None:
-    alone = scale.tree_rss(os.getpid())
-    assert alone > 10 * 2**20  # this Python process, torch imported
-    assert scale.tree_rss(os.getppid()) >= alone  # the parent's tree holds this process
+def test_a_process_trees_memory_counts_its_children_and_tells_file_pages_apart(tmp_path) -> None:
+    import numpy as np
+
+    alone, anonymous = scale.tree_rss(os.getpid())
+    assert alone > 10 * 2**20 and 0 < anonymous < alone  # this Python process, torch imported; its libraries are files
+    assert scale.tree_rss(os.getppid())[0] >= alone  # the parent's tree holds this process
+    np.save(tmp_path / "a.npy", np.ones(64 * 2**20 // 8))
+    mapped = np.load(tmp_path / "a.npy", mmap_mode="r")
+    float(mapped.sum())  # reads every page: resident, but file-backed
+    resident, anon = scale.tree_rss(os.getpid())
+    assert resident - alone > 48 * 2**20 and anon - anonymous < 16 * 2**20
