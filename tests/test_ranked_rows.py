@@ -30,11 +30,16 @@ def as_run(rows: RankedRows, qids: list[str], docs: IdIndex) -> dict:
     return {q: dict(zip(docs.names(rows.row(i)[0]), rows.row(i)[1].tolist(), strict=True)) for i, q in enumerate(qids)}
 
 
-def test_doc_index_maps_ids_to_corpus_rows_and_back() -> None:
+def test_id_index_maps_ids_to_corpus_rows_and_back() -> None:
     docs = IdIndex(["d3", "d1", "d10", "d2"])
     assert docs.rows(["d10", "d3", "nope", "d2"]).tolist() == [2, 0, -1, 3]
     assert docs.names([3, 0]) == ["d2", "d3"] and docs.id_rank.tolist() == [3, 0, 1, 2]  # "d1" < "d10" < "d2" < "d3"
     assert IdIndex([]).rows(["x"]).tolist() == [-1]
+    assert IdIndex(["d1", "d2"]).rows(["d10", "d", "d2"]).tolist() == [
+        -1,
+        -1,
+        1,
+    ]  # longer and shorter ids: no prefix match
 
 
 def test_interleaved_queries_are_ranked_as_trec_eval_ranks_them_and_cut(tmp_path: Path) -> None:
