@@ -49,6 +49,13 @@ class IdIndex:
         at = np.minimum(np.searchsorted(self.sorted, wanted), len(self.sorted) - 1)
         return np.where(self.sorted[at] == wanted, self.order[at], -1)
 
+    def known_rows(self, ids: Sequence[str], where: str) -> np.ndarray:
+        """(n,) int64 rows of these ids, each of which must be known; ``where`` names the table in the KeyError."""
+        rows = self.rows(ids)
+        if (rows < 0).any():
+            raise KeyError(f"{where}: no entry for {ids[int(np.argmax(rows < 0))]!r}")
+        return rows
+
     def names(self, rows: np.ndarray | Sequence[int]) -> list[str]:
         """The ids of these rows, as Python strings."""
         return self.ids[np.asarray(rows, dtype=np.int64)].tolist()

@@ -146,10 +146,7 @@ class TokenCache:
         return len(self.offsets) - 1
 
     def _rows(self, keys: list[str]) -> np.ndarray:
-        rows = self.index.rows(keys)
-        if (rows < 0).any():
-            raise KeyError(f"{self.folder}: no cached tokens for {keys[int(np.argmax(rows < 0))]!r}")
-        return rows
+        return self.index.known_rows(keys, f"token cache {self.folder}")
 
     def lengths(self, keys: list[str]) -> np.ndarray:
         """(N,) the number of tokens of each of these texts."""

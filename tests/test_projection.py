@@ -51,3 +51,7 @@ def test_keys_on_any_device_project_exactly_as_the_bags_of_words() -> None:
     picked = [7, 0, 39, 7]
     expected = projection.project([bags[i] for i in picked])
     assert torch.equal(projection.project_keys(rows.gather(torch.tensor(picked))), expected)  # the very same floats
+    ids = [f"doc{i}" for i in range(40)]
+    chunked = SparseRows.keyed(ids, lambda some: [bags[ids.index(i)] for i in some], projection.term_keys, chunk=6)
+    for name in ("offsets", "columns", "weights"):  # built 6 bags at a time, the same arrays as all at once
+        assert torch.equal(getattr(chunked, name), getattr(rows, name))

@@ -27,7 +27,7 @@ def test_a_batch_from_the_cache_is_what_the_tokenizer_gives(tiny, cache_dir, pad
         expected = tokenizer([texts[k] for k in keys], "doc")
         got = cache.tokens(keys)
         assert torch.equal(got.ids, expected.ids) and torch.equal(got.mask, expected.mask)
-    with pytest.raises(KeyError, match="no cached tokens for 'not-a-doc'"):
+    with pytest.raises(KeyError, match="no entry for 'not-a-doc'"):
         cache.tokens([list(texts)[0], "not-a-doc"])
 
 

@@ -8,9 +8,10 @@ terms, so training batches and corpus encodings read them on the hot path.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 
 
@@ -44,6 +45,37 @@ class SparseRows:
         self.offsets = torch.tensor([0] + [len(row) for row in pairs]).cumsum(0)  # (n + 1,)
         self.columns = torch.tensor([c for row in pairs for c, _ in row], dtype=torch.long)  # (nnz,)
         self.weights = torch.tensor([w for row in pairs for _, w in row], dtype=torch.float32)  # (nnz,)
+
+    @classmethod
+    def keyed(
+        cls,
+        ids: Sequence[str],
+        bags_of: Callable[[list[str]], list[Mapping[str, float]]],
+        term_keys: Callable[[list[str]], np.ndarray],
+        chunk: int = 50_000,
+    ) -> SparseRows:
+        """The bags of ``ids`` under their terms' keys, built ``chunk`` ids at a time (no bag outlives its chunk).
+
+        Args:
+            ids: Row ``i`` is the bag of ``ids[i]``.
+            bags_of: Some ids → their bags (term → weight).
+            term_keys: Terms → int64 keys, term by term (a hash: a term's key does not depend on the others).
+            chunk: Ids whose bags are held at a time.
+        """
+        key_of: dict[str, int] = {}
+        offsets, columns, weights = [torch.zeros(1, dtype=torch.long)], [], []
+        for start in range(0, len(ids), chunk):
+            bags = bags_of(list(ids[start : start + chunk]))
+            new = sorted({term for bag in bags for term in bag} - key_of.keys())
+            key_of.update(zip(new, term_keys(new).tolist(), strict=True))
+            part = cls(bags, key_of)
+            offsets.append(part.offsets[1:] + offsets[-1][-1])
+            columns.append(part.columns), weights.append(part.weights)
+        rows = cls([], {})
+        rows.offsets = torch.cat(offsets)
+        rows.columns = torch.cat(columns) if columns else rows.columns
+        rows.weights = torch.cat(weights) if weights else rows.weights
+        return rows
 
     def __len__(self) -> int:
         return len(self.offsets) - 1

@@ -27,7 +27,7 @@ from retrieval_zoo.data.collections import Collection
 from retrieval_zoo.data.ranked_rows import RankedRows, cached_ranked_rows
 from retrieval_zoo.id_index import IdIndex
 from retrieval_zoo.lexical.bm25 import BM25
-from retrieval_zoo.lexical.sparse_rows import SparseBatch, SparseRows
+from retrieval_zoo.lexical.sparse_rows import SparseBatch
 from retrieval_zoo.tokens import TextTokenizer, TokenCache, Tokens
 from retrieval_zoo.training.loaders import GroupDataset, ResumableLoader
 from retrieval_zoo.training.lookups import PairTable, precompute_fields, restrict_to_teacher
@@ -190,24 +190,25 @@ class TriplesDataModule(L.LightningDataModule):
             )
         epochs = self.epochs or (self.trainer.max_epochs if self.trainer and self.trainer.max_epochs else 1)
         self.tables = precompute_fields(
-            self.needs, self.bm25, queries, self.sampling, self.train_qids, epochs, bm25_run, teacher, qids
+            self.needs,
+            self.bm25,
+            queries,
+            self.sampling,
+            self.train_qids,
+            epochs,
+            bm25_run,
+            teacher,
+            qids,
+            self.term_keys,
         )
         if self.tokenizer is not None:  # every text tokenized once, read by memory map (retrieval_zoo.tokens)
             corpus, all_queries = self.collection.corpus, self.collection.queries[split]
             self.doc_cache = TokenCache.build(corpus, self.tokenizer, "doc", self.collection.corpus_fingerprint)
             content = fingerprint(sorted(all_queries.items()))  # the queries' own text: a few MB, hashed in a blink
             self.query_cache = TokenCache.build(all_queries, self.tokenizer, "query", content)
-        if "bm25_vectors" in self.needs and self.term_keys is not None:
-            self.term_rows = self._term_rows(self.tables.pop("query_idf"), self.tables.pop("doc_weights"))
+        self.term_rows = self.tables.pop("term_rows", None)
         val_queries = self.collection.judged_queries(self.val_split)
         self.val_qids = sorted(val_queries)[: self.val_queries] if self.val_queries else sorted(val_queries)
-
-    def _term_rows(self, query_idf: dict, doc_weights: dict) -> dict[str, tuple[dict[str, int], SparseRows]]:
-        """The queries' and documents' BM25 bags as CSR rows over the terms' keys, and each id's row."""
-        terms = sorted(set().union(*query_idf.values(), *doc_weights.values()))
-        keys = dict(zip(terms, self.term_keys(terms).tolist(), strict=True))
-        return {side: ({key: i for i, key in enumerate(bags)}, SparseRows(list(bags.values()), keys))
-                for side, bags in (("query", query_idf), ("doc", doc_weights))}  # fmt: skip
 
     def _read_rows(self, path: str, qids: list[str], docs: IdIndex, depth: int | None) -> RankedRows:
         """A run file's rankings of ``qids``, whose query and document ids must all belong to the collection."""
@@ -286,9 +287,9 @@ class TriplesDataModule(L.LightningDataModule):
         if "teacher_scores" in self.needs:
             batch.teacher_scores = tables["teacher_scores"].matrix(qids, docids)
         if "bm25_vectors" in self.needs and self.term_rows is not None:
-            (query_row, queries_csr), (doc_row, docs_csr) = self.term_rows["query"], self.term_rows["doc"]
-            batch.bm25_query_vectors = queries_csr.gather(torch.tensor([query_row[q] for q in qids], dtype=torch.long))
-            batch.bm25_doc_vectors = docs_csr.gather(torch.tensor([doc_row[d] for d in flat], dtype=torch.long))
+            (query_ids, queries_csr), (doc_ids, docs_csr) = self.term_rows["query"], self.term_rows["doc"]
+            batch.bm25_query_vectors = queries_csr.gather(torch.from_numpy(query_ids.known_rows(qids, "BM25 IDF")))
+            batch.bm25_doc_vectors = docs_csr.gather(torch.from_numpy(doc_ids.known_rows(flat, "BM25 vectors")))
         elif "bm25_vectors" in self.needs:
             batch.bm25_query_vectors = [tables["query_idf"][q] for q in qids]
             batch.bm25_doc_vectors = [tables["doc_weights"][d] for d in flat]

@@ -8,7 +8,8 @@ come from the teacher run. Tables are sorted keys beside float32 values, never d
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from functools import partial
 
 import numpy as np
 import torch
@@ -16,6 +17,7 @@ import torch
 from retrieval_zoo.data.ranked_rows import RankedRows, row_blocks
 from retrieval_zoo.id_index import IdIndex
 from retrieval_zoo.lexical.bm25 import BM25
+from retrieval_zoo.lexical.sparse_rows import SparseRows
 from retrieval_zoo.training.negatives import DocRows, GroupSampling
 
 
@@ -103,12 +105,14 @@ def precompute_fields(
     bm25_run: RankedRows | None,
     teacher_run: RankedRows | None,
     row_qids: Sequence[str],
+    term_keys: Callable[[list[str]], np.ndarray] | None = None,
 ) -> dict:
     """The tables :meth:`TriplesDataModule.collate` reads for each needed field.
 
     ``bm25_run`` is the BM25 run the pool came from (its scores are reused), or None when the pool is another
     model's run, in which case every pair is scored by pyserini. ``row_qids`` names the query of each row of the
-    runs and of ``sampling``.
+    runs and of ``sampling``. With ``term_keys`` (RoC's projection hashes terms), the BM25 vectors are CSR rows under
+    the terms' keys (``term_rows``: side → (ids, rows)); without, dicts (``query_idf``, ``doc_weights``).
     """
     tables: dict = {}
     if not needs - {"texts"}:  # texts come from the collection, nothing to precompute
@@ -121,9 +125,14 @@ def precompute_fields(
         tables["teacher_scores"] = PairTable("teacher_scores", sampling.row_of, docs, keys[found], values[found])
     if "bm25_vectors" in needs:
         docids = sorted(docs.names(np.unique(keys % len(docs))))
-        saturation = bm25.document_term_weights(docids, saturation_only=True)
-        tables["doc_weights"] = dict(zip(docids, saturation, strict=True))
-        tables["query_idf"] = dict(zip(qids, bm25.query_idf([queries[q] for q in qids]), strict=True))
+        if term_keys is None:  # bags as dicts, for a method that projects them itself
+            saturation = bm25.document_term_weights(docids, saturation_only=True)
+            tables["doc_weights"] = dict(zip(docids, saturation, strict=True))
+            tables["query_idf"] = dict(zip(qids, bm25.query_idf([queries[q] for q in qids]), strict=True))
+        else:  # CSR rows under the terms' keys, built a chunk of bags at a time
+            idf = SparseRows.keyed(qids, lambda chunk: bm25.query_idf([queries[q] for q in chunk]), term_keys)
+            saturation = SparseRows.keyed(docids, partial(bm25.document_term_weights, saturation_only=True), term_keys)
+            tables["term_rows"] = {"query": (IdIndex(qids), idf), "doc": (IdIndex(docids), saturation)}
     return tables
 
 
