@@ -3,6 +3,7 @@
 import ast
 import importlib
 import importlib.util
+import re
 from pathlib import Path
 
 import pytest
@@ -42,3 +43,17 @@ def test_gpu_throughput_measures_every_method_on_a_tiny_backbone(tiny, tiny_bm25
     for method, cells in rows.items():
         trained = method not in ("dlr_splade", "dhr_bm25_dense")
         assert all(float(cell.replace(",", "")) > 0 for cell in (cells if trained else cells[3:])), (method, cells)
+
+
+def test_datamodule_memory_runs_every_setup_step_on_a_small_synthetic_run(monkeypatch, capsys, tmp_path) -> None:
+    from benchmarks import datamodule_memory
+
+    argv = ["x", "--queries", "300", "--docs", "2000", "--depth", "50", "--epochs", "2", "--work", str(tmp_path)]
+    monkeypatch.setattr("sys.argv", argv)
+    datamodule_memory.main()
+    out = capsys.readouterr().out
+    steps = [line.split("|")[1].strip() for line in out.splitlines() if line.startswith("| ") and "GiB" in line]
+    assert steps == ["synthetic run (written, memory-mapped)", "corpus id index (IdIndex)", "negative pool",
+                     "groups of every epoch (pair keys)", "BM25 scores of the pairs, from the run"]  # fmt: skip
+    pairs = int(re.search(r"^([\d,]+) pairs, ", out, re.MULTILINE).group(1).replace(",", ""))
+    assert 300 < pairs <= 300 * (1 + 2 * 2)  # each query: its positive, then a negative an epoch (some repeat)
