@@ -82,17 +82,22 @@ def run_scores(run: RankedRows, keys: np.ndarray, n_docs: int) -> tuple[np.ndarr
     return values, found
 
 
-def bm25_pair_table(
-    bm25: BM25, queries: dict[str, str], row_qids: Sequence[str], keys: np.ndarray, docs: IdIndex, run: RankedRows
-) -> PairTable:
-    """BM25 scores of ``keys``' pairs: from the BM25 run when it holds the pair, else computed by pyserini."""
+def bm25_pair_scores(
+    bm25: BM25,
+    queries: dict[str, str],
+    row_qids: Sequence[str],
+    keys: np.ndarray,
+    docs: IdIndex,
+    run: RankedRows | None,
+) -> np.ndarray:
+    """(P,) float32 BM25 scores of ``keys``' pairs: from the BM25 run when it holds the pair, else from pyserini."""
     n_docs = len(docs)
     values, found = run_scores(run, keys, n_docs) if run is not None else (np.zeros(len(keys), np.float32), None)
     todo = np.flatnonzero(~found) if found is not None else np.arange(len(keys))
     pairs = list(zip([row_qids[r] for r in keys[todo] // n_docs], docs.names(keys[todo] % n_docs), strict=True))
     if pairs:
         values[todo] = bm25.pair_scores(queries, pairs)
-    return PairTable("bm25_scores", {q: r for r, q in enumerate(row_qids)}, docs, keys, values)
+    return values
 
 
 def precompute_fields(
@@ -119,7 +124,8 @@ def precompute_fields(
         return tables
     keys, docs = sampled_pairs(sampling, qids, epochs), sampling.docs
     if "bm25_scores" in needs:
-        tables["bm25_scores"] = bm25_pair_table(bm25, queries, row_qids, keys, docs, bm25_run)
+        values = bm25_pair_scores(bm25, queries, row_qids, keys, docs, bm25_run)
+        tables["bm25_scores"] = PairTable("bm25_scores", sampling.row_of, docs, keys, values)
     if "teacher_scores" in needs:
         values, found = run_scores(teacher_run, keys, len(docs))
         tables["teacher_scores"] = PairTable("teacher_scores", sampling.row_of, docs, keys[found], values[found])
