@@ -24,10 +24,10 @@ from pathlib import Path
 import numpy as np
 
 from benchmarks.scale import tree_rss
-from retrieval_zoo.data.ranked_rows import RankedRows
+from retrieval_zoo.data.doc_rows import DocRows, RankedRows
 from retrieval_zoo.id_index import IdIndex
 from retrieval_zoo.training.lookups import run_scores, sampled_pairs
-from retrieval_zoo.training.negatives import DocRows, GroupSampling, negative_pool
+from retrieval_zoo.training.negatives import GroupSampling, negative_pool
 
 
 def measured(name: str, step: Callable[[], object]) -> object:

@@ -14,6 +14,17 @@ from functools import cached_property
 import numpy as np
 
 
+def find_sorted(values: np.ndarray, wanted: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Where each of ``wanted`` stands in the sorted array ``values``: (n,) positions and (n,) whether it is there.
+
+    A position is only meaningful where the value is found (it is clipped into the array otherwise).
+    """
+    if not len(values):
+        return np.zeros(len(wanted), dtype=np.int64), np.zeros(len(wanted), dtype=bool)
+    at = np.minimum(np.searchsorted(values, wanted), len(values) - 1)
+    return at, values[at] == wanted
+
+
 class IdIndex:
     """Ids ↔ their rows (positions), as numpy arrays: a dict of 8.8M MS MARCO ids is a gigabyte of Python objects.
 
@@ -43,11 +54,8 @@ class IdIndex:
 
     def rows(self, ids: Sequence[str]) -> np.ndarray:
         """(n,) int64 rows of these ids; −1 for an id that is not among them."""
-        wanted = np.asarray(ids, dtype=str)
-        if not len(self.sorted) or not len(wanted):
-            return np.full(len(wanted), -1, dtype=np.int64)
-        at = np.minimum(np.searchsorted(self.sorted, wanted), len(self.sorted) - 1)
-        return np.where(self.sorted[at] == wanted, self.order[at], -1)
+        at, found = find_sorted(self.sorted, np.asarray(ids, dtype=str))
+        return np.where(found, self.order[at], -1) if len(self.order) else np.full(len(found), -1, dtype=np.int64)
 
     def known_rows(self, ids: Sequence[str], where: str) -> np.ndarray:
         """(n,) int64 rows of these ids, each of which must be known; ``where`` names the table in the KeyError."""

@@ -4,10 +4,10 @@ import numpy as np
 import pytest
 import torch
 
-from retrieval_zoo.data.ranked_rows import RankedRows
+from retrieval_zoo.data.doc_rows import DocRows, RankedRows
 from retrieval_zoo.id_index import IdIndex
 from retrieval_zoo.training.datamodule import TriplesDataModule
-from retrieval_zoo.training.negatives import DocRows, GroupSampling, ShardedEpochSampler, negative_pool
+from retrieval_zoo.training.negatives import GroupSampling, ShardedEpochSampler, negative_pool
 
 CORPUS = IdIndex(["p1", "p2", "p3", "n1", "n2", "n3", "r1", "r2"])
 

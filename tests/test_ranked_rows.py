@@ -11,8 +11,9 @@ import pytest
 import torch
 
 from retrieval_zoo.data import run_blocks as run_blocks_module
+from retrieval_zoo.data.doc_rows import RankedRows
 from retrieval_zoo.data.formats import FormatError, read_run, top_k, write_run
-from retrieval_zoo.data.ranked_rows import RankedRows, cached_ranked_rows, read_ranked_rows
+from retrieval_zoo.data.ranked_rows import cached_ranked_rows, read_ranked_rows
 from retrieval_zoo.id_index import IdIndex
 from retrieval_zoo.lexical import bm25 as bm25_module
 from retrieval_zoo.training.lookups import PairTable
@@ -27,7 +28,7 @@ def read(tmp_path: Path, lines: str, qids: list[str], docs: IdIndex, depth: int 
 
 
 def as_run(rows: RankedRows, qids: list[str], docs: IdIndex) -> dict:
-    return {q: dict(zip(docs.names(rows.row(i)[0]), rows.row(i)[1].tolist(), strict=True)) for i, q in enumerate(qids)}
+    return {q: dict(zip(docs.names(rows.row(i)), rows.row_scores(i).tolist(), strict=True)) for i, q in enumerate(qids)}
 
 
 def test_id_index_maps_ids_to_corpus_rows_and_back() -> None:
@@ -51,7 +52,7 @@ def test_interleaved_queries_are_ranked_as_trec_eval_ranks_them_and_cut(tmp_path
     text = "".join(f"{q} Q0 {d} 0 {s} t\n" for q, d, s in lines)
     rows = read(tmp_path, text, ["q2", "q3", "q1"], docs, depth=10, block=7)
     expected = top_k(read_run(tmp_path / "run.trec"), 10)  # ties broken by docid descending
-    assert [docs.names(rows.row(i)[0]) for i in range(3)] == [list(expected["q2"]), [], list(expected["q1"])]
+    assert [docs.names(rows.row(i)) for i in range(3)] == [list(expected["q2"]), [], list(expected["q1"])]
     assert as_run(rows, ["q2", "q3", "q1"], docs) == {"q2": expected["q2"], "q3": {}, "q1": expected["q1"]}
     assert rows.docs.dtype == np.int32 and rows.scores.dtype == np.float32 and isinstance(rows.docs, np.memmap)
 

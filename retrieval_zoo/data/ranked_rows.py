@@ -11,48 +11,20 @@ ties by document id descending) and cut to a depth. Nothing it holds grows with 
 from __future__ import annotations
 
 import tempfile
-from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
 from itertools import repeat
 from pathlib import Path
 
 import numpy as np
 
 from retrieval_zoo.cache import atomic_path, cache_root, entry_lock, file_digest, fingerprint
+from retrieval_zoo.data.doc_rows import RankedRows, entry_rows, row_blocks
 from retrieval_zoo.data.formats import FormatError, _rows
 from retrieval_zoo.data.run_blocks import run_blocks, without_cyclic_gc
 from retrieval_zoo.id_index import IdIndex
 
 BLOCK_LINES = 1 << 20  # lines parsed, and entries ranked, at a time
 FORMAT = "ranked-rows-v1"
-
-
-@dataclass
-class RankedRows:
-    """Per query (a row), ranked documents as CSR arrays.
-
-    Attributes:
-        offsets: (Q + 1,) int64; row ``i``'s entries are ``offsets[i]:offsets[i + 1]``.
-        docs: (n,) int32 corpus rows, each row's in rank order.
-        scores: (n,) float32 their scores.
-    """
-
-    offsets: np.ndarray
-    docs: np.ndarray
-    scores: np.ndarray
-
-    def __len__(self) -> int:
-        return len(self.offsets) - 1
-
-    def row(self, i: int) -> tuple[np.ndarray, np.ndarray]:
-        """Row ``i``'s documents and scores."""
-        start, end = int(self.offsets[i]), int(self.offsets[i + 1])
-        return self.docs[start:end], self.scores[start:end]
-
-    @classmethod
-    def load(cls, folder: Path) -> RankedRows:
-        """The arrays :meth:`save` wrote, memory-mapped."""
-        return cls(*(np.load(folder / f"{name}.npy", mmap_mode="r") for name in ("offsets", "docs", "scores")))
 
 
 def read_ranked_rows(
@@ -149,16 +121,6 @@ def _spill(scratch: Path, index: int, part: dict[str, np.ndarray]) -> dict[str, 
     return paths
 
 
-def row_blocks(offsets: np.ndarray, entries: int = BLOCK_LINES) -> Iterator[tuple[int, int]]:
-    """(start, end) ranges of whole CSR rows of about ``entries`` entries (at least one row each), in order."""
-    start, n_rows = 0, len(offsets) - 1
-    while start < n_rows:
-        end = int(np.searchsorted(offsets, offsets[start] + entries, side="right")) - 1
-        end = min(max(end, start + 1), n_rows)
-        yield start, end
-        start = end
-
-
 def _new_array(path: Path, dtype: type, size: int) -> np.ndarray:
     """A zeroed (size,) array: a memory-mapped ``.npy`` file at ``path``, or in memory when it is empty."""
     if not size:
@@ -185,7 +147,7 @@ def _rank_and_cut(
     out_scores = _new_array(folder / "scores.npy", np.float32, int(out_offsets[-1]))
     for start, end in row_blocks(offsets, block_lines):
         first = int(offsets[start])
-        rows = np.repeat(np.arange(start, end), counts[start:end])
+        rows = entry_rows(offsets, start, end)
         doc, score = np.asarray(doc_all[first : offsets[end]]), np.asarray(score_all[first : offsets[end]])
         _check_unique(rows, doc, docs, paths, qids)
         order = np.lexsort((-docs.id_rank[doc], -score, rows))

@@ -21,8 +21,9 @@ import numpy as np
 
 from retrieval_zoo.cache import atomic_path, cache_root, entry_lock, fingerprint
 from retrieval_zoo.data.collections import Collection
+from retrieval_zoo.data.doc_rows import RankedRows
 from retrieval_zoo.data.formats import FormatError, Run, read_run, write_id_text_tsv
-from retrieval_zoo.data.ranked_rows import RankedRows, read_ranked_rows
+from retrieval_zoo.data.ranked_rows import read_ranked_rows
 from retrieval_zoo.id_index import IdIndex
 from retrieval_zoo.lexical import lucene_ops
 from retrieval_zoo.lexical.java import LuceneWorker, indexing_options

@@ -24,7 +24,8 @@ from torch.utils.data import DataLoader
 
 from retrieval_zoo.cache import fingerprint
 from retrieval_zoo.data.collections import Collection
-from retrieval_zoo.data.ranked_rows import RankedRows, cached_ranked_rows
+from retrieval_zoo.data.doc_rows import RankedRows
+from retrieval_zoo.data.ranked_rows import cached_ranked_rows
 from retrieval_zoo.id_index import IdIndex
 from retrieval_zoo.lexical.bm25 import BM25
 from retrieval_zoo.lexical.sparse_rows import SparseBatch

@@ -14,11 +14,11 @@ from functools import partial
 import numpy as np
 import torch
 
-from retrieval_zoo.data.ranked_rows import RankedRows, row_blocks
-from retrieval_zoo.id_index import IdIndex
+from retrieval_zoo.data.doc_rows import DocRows, RankedRows, entry_rows, row_blocks
+from retrieval_zoo.id_index import IdIndex, find_sorted
 from retrieval_zoo.lexical.bm25 import BM25
 from retrieval_zoo.lexical.sparse_rows import SparseRows
-from retrieval_zoo.training.negatives import DocRows, GroupSampling
+from retrieval_zoo.training.negatives import GroupSampling
 
 
 class PairTable:
@@ -43,8 +43,8 @@ class PairTable:
         doc_rows = self.docs.rows(flat)
         rows = np.repeat([self.row_of.get(q, -1) for q in qids], [len(group) for group in docids])
         wanted = rows * len(self.docs) + doc_rows
-        at = np.minimum(np.searchsorted(self.keys, wanted), max(len(self.keys) - 1, 0))
-        found = (rows >= 0) & (doc_rows >= 0) & (self.keys[at] == wanted if len(self.keys) else False)
+        at, known = find_sorted(self.keys, wanted)
+        found = (rows >= 0) & (doc_rows >= 0) & known
         if not found.all():
             owner = np.repeat(np.arange(len(qids)), [len(group) for group in docids])
             query = owner[int(np.argmax(~found))]
@@ -71,12 +71,10 @@ def run_scores(run: RankedRows, keys: np.ndarray, n_docs: int) -> tuple[np.ndarr
         first, last = int(run.offsets[start]), int(run.offsets[end])
         if lo == hi or first == last:
             continue
-        rows = np.repeat(np.arange(start, end, dtype=np.int64), np.diff(run.offsets[start : end + 1]))
-        entries = rows * n_docs + np.asarray(run.docs[first:last])
+        entries = entry_rows(run.offsets, start, end) * n_docs + np.asarray(run.docs[first:last])
         order = np.argsort(entries)
         entries, scores = entries[order], np.asarray(run.scores[first:last])[order]
-        at = np.minimum(np.searchsorted(entries, keys[lo:hi]), len(entries) - 1)
-        hit = entries[at] == keys[lo:hi]
+        at, hit = find_sorted(entries, keys[lo:hi])
         values[lo:hi] = np.where(hit, scores[at], 0)
         found[lo:hi] = hit
     return values, found
@@ -164,7 +162,7 @@ def restrict_to_teacher(
     scored_positives, scored_pool, kept = [], [], []
     dropped_pairs, no_positive, no_negative = 0, 0, 0
     for row in range(len(positives)):
-        scored, candidates = teacher.row(row)[0], pool.row(row)
+        scored, candidates = teacher.row(row), pool.row(row)
         row_positives = positives.row(row)[np.isin(positives.row(row), scored)]
         row_pool = candidates[np.isin(candidates, scored)]
         scored_positives.append(row_positives), scored_pool.append(row_pool)

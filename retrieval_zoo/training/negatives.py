@@ -1,9 +1,10 @@
 """Negative pools and deterministic group sampling, over corpus rows.
 
 A pool is read from any run (BM25's top N today, a trained model's own run for hard negatives); judged
-positives are never in it. Pools and positives are CSR arrays of corpus rows (:class:`DocRows`), so 500k training
-queries × 1,000 candidates are 2 GB of int32, not half a billion Python strings. Sampling is a pure function of
-(qid, seed, epoch), so it is the same under any number of workers or ranks and after a resume.
+positives are never in it. Pools and positives are CSR arrays of corpus rows
+(:class:`~retrieval_zoo.data.doc_rows.DocRows`), so 500k training queries × 1,000 candidates are 2 GB of int32, not
+half a billion Python strings. Sampling is a pure function of (qid, seed, epoch), so it is the same under any number
+of workers or ranks and after a resume.
 """
 
 from __future__ import annotations
@@ -15,40 +16,9 @@ from dataclasses import dataclass
 import numpy as np
 import torch.utils.data
 
+from retrieval_zoo.data.doc_rows import DocRows, RankedRows, entry_rows, row_blocks
 from retrieval_zoo.data.formats import Qrels
-from retrieval_zoo.data.ranked_rows import RankedRows, row_blocks
-from retrieval_zoo.id_index import IdIndex
-
-
-@dataclass
-class DocRows:
-    """Per query (a row), a list of corpus rows, as CSR arrays.
-
-    Attributes:
-        offsets: (Q + 1,) int64.
-        docs: (n,) int32 corpus rows.
-    """
-
-    offsets: np.ndarray
-    docs: np.ndarray
-
-    def __len__(self) -> int:
-        return len(self.offsets) - 1
-
-    def row(self, i: int) -> np.ndarray:
-        """Row ``i``'s corpus rows."""
-        return self.docs[int(self.offsets[i]) : int(self.offsets[i + 1])]
-
-    def counts(self) -> np.ndarray:
-        """(Q,) the length of every row."""
-        return np.diff(self.offsets)
-
-    @classmethod
-    def from_lists(cls, lists: Sequence[np.ndarray | Sequence[int]]) -> DocRows:
-        """Rows from one list of corpus rows per query."""
-        counts = [len(rows) for rows in lists]
-        docs = np.concatenate([np.asarray(rows, dtype=np.int32) for rows in lists]) if lists else np.zeros(0)
-        return cls(np.concatenate(([0], np.cumsum(counts, dtype=np.int64))), docs.astype(np.int32))
+from retrieval_zoo.id_index import IdIndex, find_sorted
 
 
 def judged_positives(qrels: Qrels, qids: Sequence[str], docs: IdIndex) -> DocRows:
@@ -65,15 +35,12 @@ def negative_pool(run: RankedRows, positives: DocRows, n_docs: int) -> DocRows:
     Written into one array as long as the run (its tail, left by the positives, is never touched, so never
     resident): at 500M entries, a list of blocks joined at the end held three copies (6.7 GiB, not 1.9).
     """
-    positive_rows = np.repeat(np.arange(len(positives), dtype=np.int64), positives.counts())
-    positive_keys = np.sort(positive_rows * n_docs + positives.docs)
+    positive_keys = np.sort(entry_rows(positives.offsets) * n_docs + positives.docs)
     docs, counts, filled = np.empty(len(run.docs), dtype=np.int32), np.zeros(len(run), dtype=np.int64), 0
     for start, end in row_blocks(run.offsets):
-        rows = np.repeat(np.arange(start, end, dtype=np.int64), np.diff(run.offsets[start : end + 1]))
+        rows = entry_rows(run.offsets, start, end)
         doc = np.asarray(run.docs[run.offsets[start] : run.offsets[end]])
-        keys = rows * n_docs + doc
-        at = np.minimum(np.searchsorted(positive_keys, keys), max(len(positive_keys) - 1, 0))
-        negative = positive_keys[at] != keys if len(positive_keys) else np.ones(len(keys), dtype=bool)
+        negative = ~find_sorted(positive_keys, rows * n_docs + doc)[1]
         kept = doc[negative]
         docs[filled : filled + len(kept)] = kept
         filled += len(kept)
