@@ -108,9 +108,7 @@ class BM25:
             qid → {docid: BM25 score} (4 decimals, as Anserini writes runs); a query with no matching term gets
             an empty ranking.
         """
-        key = fingerprint(self.collection.corpus_fingerprint, sorted(queries.items()), k, self.k1, self.b)
-        path = self.cache / "bm25" / "runs" / f"run-k{k}-{key}.trec.gz"
-        index_dir = self.index_dir
+        path, index_dir = self._run_path(queries, k), self.index_dir
         with entry_lock(path):  # concurrent runs search once; the others wait, then read the file
             run = read_cached_run(path)
             if run is None:
@@ -171,14 +169,18 @@ class BM25:
         index_dir, paths = self.index_dir, []
         for start in range(0, len(items), size):
             part = dict(items[start : start + size])
-            key = fingerprint(self.collection.corpus_fingerprint, sorted(part.items()), k, self.k1, self.b)
-            path = self.cache / "bm25" / "runs" / f"run-k{k}-{key}.trec.gz"
+            path = self._run_path(part, k)
             with entry_lock(path):
                 if not path.exists():
                     print(f"[bm25] queries {start + 1:,}–{start + len(part):,} of {len(items):,}", flush=True)
                     self._search_into(path, index_dir, part, k)
             paths.append(path)
         return paths
+
+    def _run_path(self, queries: dict[str, str], k: int) -> Path:
+        """The cached run file of the top ``k`` of ``queries`` (keyed by the corpus, the queries, k, k1 and b)."""
+        key = fingerprint(self.collection.corpus_fingerprint, sorted(queries.items()), k, self.k1, self.b)
+        return self.cache / "bm25" / "runs" / f"run-k{k}-{key}.trec.gz"
 
     def _search_into(self, path: Path, index_dir: Path, queries: dict[str, str], k: int) -> None:
         """Run Anserini's SearchCollection over ``queries`` and store the run, gzip-compressed, at ``path``."""
