@@ -29,6 +29,7 @@ from retrieval_zoo.index.shards import CorpusShards
 from retrieval_zoo.index.sparse import SparseRetriever
 from retrieval_zoo.index.terms import Sparse
 from retrieval_zoo.lexical.bm25 import BM25
+from retrieval_zoo.term_matrix import csr, dense_rows, parts, to_csr
 
 
 def memoized(encode):
@@ -48,13 +49,12 @@ def quantized_reference(engine: ImpactRetriever, shards: CorpusShards, folder: P
     """Exact search over an engine's quantized impacts (mapped back by their scales): what it should return."""
     discard, quantized = engine.discard, CorpusShards(shards.docids, shards.shard_size, folder)
     for shard, (_, payload) in enumerate(shards):
-        lexical = payload["lexical"].clone()
-        lexical[:, :discard] = 0
-        lexical[:, discard:] = quantize(lexical[:, discard:], engine.scale) / engine.scale
-        quantized.write(shard, {"lexical": lexical})
+        offsets, columns, values = parts(to_csr(payload["lexical"]))
+        values = torch.where(columns >= discard, quantize(values, engine.scale) / engine.scale, 0).float()
+        quantized.write(shard, {"lexical": csr(offsets, columns, values, payload["lexical"].shape[1])})
 
     def encode_query(batch: list[str]) -> tuple[torch.Tensor, None]:
-        lexical = engine.encode_query(batch)[0].clone()
+        lexical = dense_rows(engine.encode_query(batch)[0]).clone()
         lexical[:, :discard] = 0
         for row in lexical:
             impacts, scale = engine.query_impacts(row[discard:])

@@ -19,6 +19,7 @@ import torch
 from torch.utils.data import DataLoader, Dataset
 from tqdm import tqdm
 
+from retrieval_zoo.term_matrix import cat_rows, is_csr, take_rows
 from retrieval_zoo.tokens import CachedTexts, Tokens
 
 Texts = list[str] | CachedTexts  # what the encoding helpers batch: texts, or ids whose tokens are cached
@@ -161,14 +162,23 @@ def encode_payload(
 
     ``encode`` maps a batch of texts (or, for cached texts, their tokens; with ``prepare``, what it makes of the
     texts) to named (n, ...) tensors; a name whose value is None is left out. When the items are ids, ``lengths``
-    gives the length of the text each stands for, so batches still group similar lengths.
+    gives the length of the text each stands for, so batches still group similar lengths. A value given as a sparse
+    CSR matrix (term weights, :mod:`retrieval_zoo.term_matrix`) stays one: its batches are stacked, then put in order.
     """
     out: dict[str, torch.Tensor] = {}
+    sparse: dict[str, list[tuple[list[int], torch.Tensor]]] = {}
     for batch, items in prepared_batches(texts, batch_size, lengths, prepare, desc):
         for name, value in encode(items).items():
             if value is None:
                 continue
+            if is_csr(value):
+                sparse.setdefault(name, []).append((batch, value.float().cpu()))
+                continue
             if name not in out:
                 out[name] = torch.empty((len(texts), *value.shape[1:]), dtype=torch.float32)
             out[name][batch] = value.float().cpu()
+    for name, pieces in sparse.items():  # stacked in batch order; output row i is stacked row position[i]
+        position = torch.empty(len(texts), dtype=torch.long)
+        position[torch.tensor([row for batch, _ in pieces for row in batch])] = torch.arange(len(texts))
+        out[name] = take_rows(cat_rows([matrix for _, matrix in pieces]), position)
     return out

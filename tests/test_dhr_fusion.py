@@ -7,17 +7,18 @@ from retrieval_zoo.evaluation import evaluate
 from retrieval_zoo.index.base import fused_parts
 from retrieval_zoo.index.terms import Gip
 from retrieval_zoo.methods.dense import DenseBiEncoder
-from retrieval_zoo.methods.dhr_fusion import DhrFusion, TermBags, bag_matrix
+from retrieval_zoo.methods.dhr_fusion import DhrFusion, TermBags, bag_rows
+from retrieval_zoo.term_matrix import dense_rows
 from tests.conftest import tiny_encoder
 
 
-def test_bag_matrix_places_weights_and_drops_unknown_terms() -> None:
-    matrix = bag_matrix([{"b": 2.0, "zzz": 9.0}, {"a": 1.0}], {"a": 0, "b": 1})
-    assert matrix.tolist() == [[0.0, 2.0], [1.0, 0.0]]
+def test_bag_rows_places_weights_and_drops_unknown_terms() -> None:
+    matrix = bag_rows([{"b": 2.0, "zzz": 9.0}, {"a": 1.0}], {"a": 0, "b": 1})
+    assert matrix.layout == torch.sparse_csr and dense_rows(matrix).tolist() == [[0.0, 2.0], [1.0, 0.0]]
 
 
 def loop_bag_matrix(bags: list[dict[str, float]], vocabulary: dict[str, int]) -> torch.Tensor:
-    """bag_matrix as it was before issue 20: a Python loop over bags and terms."""
+    """The bags' matrix as it was built before issue 20: a Python loop over bags and terms."""
     matrix = torch.zeros(len(bags), len(vocabulary))
     for row, bag in enumerate(bags):
         for term, weight in bag.items():
@@ -35,7 +36,8 @@ def test_term_bags_gather_any_rows_exactly_as_the_loop_did() -> None:
     rows = [7, 0, 24, 7, 3] + [i for i, bag in enumerate(bags) if not bag]  # any order, repeats, empty bags
     expected = loop_bag_matrix([bags[r] for r in rows], vocabulary)
     assert torch.equal(store.dense(torch.tensor(rows)), expected)
-    assert torch.equal(bag_matrix(bags, vocabulary), loop_bag_matrix(bags, vocabulary))
+    assert torch.equal(dense_rows(bag_rows(bags, vocabulary)), loop_bag_matrix(bags, vocabulary))
+    assert torch.equal(dense_rows(store.csr(torch.tensor(rows))), expected)
     assert store.dense(torch.tensor([], dtype=torch.long)).shape == (0, 30)
 
 

@@ -25,6 +25,7 @@ from retrieval_zoo.index.dhr import DhrRetriever
 from retrieval_zoo.index.impact import ImpactRetriever, quantize
 from retrieval_zoo.index.shards import CorpusShards
 from retrieval_zoo.pipeline import check_method_and_index
+from retrieval_zoo.term_matrix import dense_rows
 
 CONF = Path(__file__).resolve().parents[1] / "conf"
 METHODS = sorted(p.stem for p in (CONF / "method").glob("*.yaml"))
@@ -90,7 +91,7 @@ def term_scores(model, retriever, tiny, bm25, texts: list[str], payload) -> torc
         dv, di, _ = densify_parts(payload["lexical"], payload.get("cls"), retriever.slicing, order, lam)
         as_tensor = lambda a: torch.from_numpy(a.astype(np.float32))  # noqa: E731
         return gip(as_tensor(qv), as_tensor(qi), as_tensor(dv), as_tensor(di))
-    q_lex, d_lex = q_lex.clone(), payload["lexical"].clone()
+    q_lex, d_lex = dense_rows(q_lex).clone(), dense_rows(payload["lexical"]).clone()  # tiny: dense is fine
     q_lex[:, : encoder.discard], d_lex[:, : encoder.discard] = 0, 0
     if isinstance(retriever, ImpactRetriever):  # the engine holds quantized impacts, mapped back by their scales
         for row, weights in enumerate(q_lex[:, encoder.discard :]):

@@ -60,9 +60,9 @@ def test_the_sparse_index_gives_the_exact_fused_training_score(tiny, tiny_bm25) 
     model = DeLADE(tiny_encoder(mlm_head=True, doc_max_length=16), cls_dim=8, lambda_cls=2.0).eval()
     retriever = Sparse().build(model, tiny, tiny_bm25)
     # DeLADE's softmax vectors are dense: stored as a dense float32 matrix, smaller than CSR at this density; BERT's
-    # unused leading ids are zeroed, as the DLRs drop them
+    # unused leading ids are left out, as the DLRs drop them
     assert retriever.docs.layout == torch.strided and retriever.lexical_nonzero == model.vocab_size - BERT_DISCARD
-    assert retriever.nbytes == len(tiny.corpus) * (model.vocab_size + 8) * 4
+    assert retriever.nbytes == len(tiny.corpus) * (model.vocab_size - BERT_DISCARD + 8) * 4
     queries = dict(list(tiny.judged_queries("dev").items())[:2])
     run = retriever.search(queries, 3)
     with torch.inference_mode():

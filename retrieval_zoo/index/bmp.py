@@ -42,6 +42,7 @@ from retrieval_zoo.index.impact import Hits, ImpactRetriever, as_query, document
 from retrieval_zoo.index.shards import CorpusShards
 from retrieval_zoo.index.terms import DHR_GRID, TermIndex
 from retrieval_zoo.lexical.bm25 import BM25
+from retrieval_zoo.term_matrix import each_row
 
 LEVELS = 255  # BMP stores 8-bit document impacts
 QUERY_LEVELS = 32  # and rescales each query so that its largest weight is 32 (bmp 0.2.8's MAX_TERM_WEIGHT)
@@ -139,7 +140,7 @@ class BmpRetriever(ImpactRetriever):
 
     def lexical_hits(self, lexical: torch.Tensor, depth: int) -> list[Hits]:
         """One BMP search a query (module docstring: the sentinel, the anchor, the deeper retry)."""
-        return [self._search(weights, depth) for weights in lexical]
+        return [self._search(weights, depth) for weights in each_row(lexical)]
 
     def _search(self, weights: torch.Tensor, depth: int) -> Hits:
         impacts, query_scale = self.query_impacts(weights)

@@ -20,6 +20,7 @@ from retrieval_zoo.data.formats import Run
 from retrieval_zoo.index.dlr import Slicing, densify, explain, hybrid
 from retrieval_zoo.index.gip import GipIndex
 from retrieval_zoo.index.shards import CorpusShards, Payload, merge_topk
+from retrieval_zoo.term_matrix import dense_rows, row_range
 
 PartEncoder = Callable[[list[str]], tuple[torch.Tensor, torch.Tensor | None]]
 
@@ -27,8 +28,8 @@ PartEncoder = Callable[[list[str]], tuple[torch.Tensor, torch.Tensor | None]]
 def densify_parts(
     lexical: torch.Tensor, cls: torch.Tensor | None, slicing: Slicing, order: np.ndarray, lam: float
 ) -> tuple[np.ndarray, np.ndarray, int]:
-    """DLR of (n, |V|) ``lexical`` vectors (Eq. 4–8), or DHR with their (n, c) ``cls`` (Eq. 14–16); and c."""
-    values, indices = densify(lexical, slicing, order)
+    """DLR of (n, |V|) ``lexical`` vectors, dense or CSR (Eq. 4–8), or DHR with (n, c) ``cls`` (Eq. 14–16); and c."""
+    values, indices = densify(dense_rows(lexical), slicing, order)
     if cls is None:
         return values, indices, 0
     return (*hybrid(values, indices, cls.float().cpu().numpy(), lam), cls.shape[1])
@@ -37,8 +38,8 @@ def densify_parts(
 def represent_shard(payload: Payload, slicing: Slicing, lam: float, batch_size: int) -> tuple[np.ndarray, ...]:
     """(n, M [+ c]) float16 values and indices of a shard's ``lexical`` (and ``cls``) vectors, and c."""
     lexical, cls, order = payload["lexical"], payload.get("cls"), slicing.order()
-    parts = [densify_parts(lexical[i : i + batch_size], None if cls is None else cls[i : i + batch_size], slicing,
-                           order, lam) for i in range(0, len(lexical), batch_size)]  # fmt: skip
+    parts = [densify_parts(row_range(lexical, i, i + batch_size), None if cls is None else cls[i : i + batch_size],
+                           slicing, order, lam) for i in range(0, lexical.shape[0], batch_size)]  # fmt: skip
     values = np.concatenate([p[0] for p in parts]).astype(np.float16)
     return values, np.concatenate([p[1] for p in parts]), parts[0][2]
 

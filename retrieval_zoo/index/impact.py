@@ -24,7 +24,8 @@ from tqdm import tqdm
 from retrieval_zoo.batching import QueryPrep, encode_payload
 from retrieval_zoo.data.formats import Run
 from retrieval_zoo.index.dhr import PartEncoder, PartSearch
-from retrieval_zoo.index.shards import CorpusShards, to_rows
+from retrieval_zoo.index.shards import CorpusShards
+from retrieval_zoo.term_matrix import column_max, columns_from, entry_rows, parts, to_csr
 
 Hits = tuple[np.ndarray, np.ndarray]  # one query's rows and scores, best first
 
@@ -42,7 +43,7 @@ def scan(shards: CorpusShards, discard: int, levels: int) -> tuple[float, torch.
     """
     term_max, cls_parts = None, []
     for _, payload in tqdm(shards, desc="scan term weights", unit="shard", leave=False):
-        shard_max = payload["lexical"][:, discard:].amax(dim=0)
+        shard_max = column_max(columns_from(payload["lexical"], discard))
         term_max = shard_max if term_max is None else torch.maximum(term_max, shard_max)
         if payload.get("cls") is not None:
             cls_parts.append(payload["cls"])
@@ -57,9 +58,13 @@ def document_impacts(shards: CorpusShards, discard: int, scale: float) -> Iterat
     """Each shard's documents as (row names, {term id as text: impact}), the integer vectors the engines index."""
     row = 0
     for _, payload in tqdm(shards, desc="impacts", unit="shard", leave=False):
-        impacts = to_rows(quantize(payload["lexical"][:, discard:], scale))
-        offsets, terms = impacts["offsets"].tolist(), (impacts["columns"] + discard).tolist()
-        values = impacts["values"].tolist()
+        weights = to_csr(columns_from(payload["lexical"], discard))
+        offsets, columns, values = parts(weights)
+        impacts = quantize(values, scale)
+        kept = impacts != 0  # weights that round to nothing
+        offsets = torch.cat([torch.zeros(1, dtype=torch.int64), torch.cumsum(
+            torch.bincount(entry_rows(offsets)[kept], minlength=weights.shape[0]), 0)])  # fmt: skip
+        offsets, terms, values = offsets.tolist(), (columns[kept] + discard).tolist(), impacts[kept].tolist()
         vectors = [dict(zip(map(str, terms[start:stop]), values[start:stop], strict=True))
                    for start, stop in zip(offsets[:-1], offsets[1:], strict=True)]  # fmt: skip
         yield [str(r) for r in range(row, row + len(vectors))], vectors
@@ -114,7 +119,7 @@ class ImpactRetriever(PartSearch):
         encode = lambda batch: dict(zip(("lexical", "cls"), self.encode_query(batch), strict=True))  # noqa: E731
         encoded = encode_payload(encode, texts, self.batch_size, f"encode queries ({self.name})",
                                  self.queries.lengths(texts), self.queries.prepare)  # fmt: skip
-        lexical, cls = encoded["lexical"][:, self.discard :], encoded.get("cls")
+        lexical, cls = columns_from(encoded["lexical"], self.discard), encoded.get("cls")
         if part == "semantic":
             return self._semantic(qids, cls, k)
         fused = self.cls is not None and part != "lexical"

@@ -28,6 +28,7 @@ from retrieval_zoo.index.terms import DHR_GRID, TermIndex
 from retrieval_zoo.lexical import lucene_ops
 from retrieval_zoo.lexical.bm25 import BM25, file_sizes
 from retrieval_zoo.lexical.java import LuceneWorker, indexing_options
+from retrieval_zoo.term_matrix import each_row
 
 
 def jsonl_line(name: str, vector: dict[str, int]) -> str:
@@ -84,7 +85,7 @@ class LuceneImpactRetriever(ImpactRetriever):
 
     def lexical_hits(self, lexical: torch.Tensor, depth: int) -> list[Hits]:
         """The queries searched in the JVM worker, one call for them all."""
-        quantized = [self.query_impacts(weights) for weights in lexical]
+        quantized = [self.query_impacts(weights) for weights in each_row(lexical)]
         queries = [as_query(impacts, self.discard) for impacts, _ in quantized]
         asked = [number for number, query in enumerate(queries) if query]
         found = LuceneWorker.call(lucene_ops.impact_search, str(self.index_dir), [queries[n] for n in asked],

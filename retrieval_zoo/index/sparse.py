@@ -9,8 +9,6 @@ trains on (Eq. 13). The same ``search(part=) / side / nbytes`` interface as
 
 from __future__ import annotations
 
-import warnings
-
 import torch
 
 from retrieval_zoo.batching import PLAIN_QUERIES, QueryPrep, encode_payload
@@ -18,46 +16,30 @@ from retrieval_zoo.data.formats import Run
 from retrieval_zoo.index.dhr import PartEncoder, PartSearch
 from retrieval_zoo.index.gip import default_device
 from retrieval_zoo.index.shards import CorpusShards
+from retrieval_zoo.term_matrix import cat_rows, columns_from, dense_rows, is_csr, nbytes, nonzeros, row_range, to_csr
 
-# torch warns that sparse CSR support is in beta; building a CSR matrix and multiplying it by a dense one is all
-# that is used here, and both are covered by tests.
-warnings.filterwarnings("ignore", message="Sparse CSR tensor support is in beta", category=UserWarning)
+SCORING_FLOATS = 1 << 25  # a batch of queries densified for scoring holds at most this many floats (128 MB)
 
 
 def lexical_matrix(shards: CorpusShards, discard: int, batch_size: int) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """The corpus's lexical vectors as one matrix, in corpus order, and its [CLS] vectors or None.
+    """The corpus's lexical vectors as one matrix, in corpus order, ids below ``discard`` dropped; and its [CLS].
 
     The matrix is sparse CSR (float32 values, int32 term ids and row offsets), or dense float32 when the first rows
     are more than half non-zero, where CSR would be larger: SPLADE and BM25 vectors are sparse, DeLADE's softmax
-    vectors (Eq. 23) are not. Ids below ``discard`` are zeroed.
+    vectors (Eq. 23) are not. Shards come dense or CSR (:mod:`retrieval_zoo.term_matrix`); a dense one is turned to
+    CSR ``batch_size`` rows at a time.
     """
-    offsets, cols, vals, cls_parts, rows, nonzeros, vocab_size = [], [], [], [], 0, 0, 0
-    dense: torch.Tensor | None = None
+    blocks, cls_parts, dense = [], [], None
     for _, payload in shards:
         if payload.get("cls") is not None:
             cls_parts.append(payload["cls"])
-        for start in range(0, len(payload["lexical"]), batch_size):
-            lexical = payload["lexical"][start : start + batch_size].clone()
-            lexical[:, :discard] = 0
-            vocab_size = lexical.shape[1]
-            if not rows and lexical.count_nonzero() * 2 >= lexical.numel():  # denser than one half: store dense
-                dense = torch.empty(len(shards.docids), vocab_size)
-            if dense is not None:
-                dense[rows : rows + len(lexical)] = lexical
-            else:
-                csr = lexical.to_sparse_csr()
-                offsets.append((csr.crow_indices()[1:] + nonzeros).to(torch.int32))
-                cols.append(csr.col_indices().to(torch.int32))
-                vals.append(csr.values())
-                nonzeros += csr.values().numel()
-            rows += len(lexical)
-    cls = torch.cat(cls_parts) if cls_parts else None
-    if dense is not None:
-        return dense, cls
-    offsets.insert(0, torch.zeros(1, dtype=torch.int32))
-    matrix = torch.sparse_csr_tensor(torch.cat(offsets), torch.cat(cols), torch.cat(vals), (rows, vocab_size),
-                                     check_invariants=False)  # fmt: skip
-    return matrix, cls
+        lexical = columns_from(payload["lexical"], discard)
+        for start in range(0, lexical.shape[0], batch_size):
+            block = row_range(lexical, start, start + batch_size)
+            if dense is None:  # decided on the first rows: denser than one half is stored dense
+                dense = not is_csr(block) and 2 * nonzeros(block) > block.numel()
+            blocks.append(dense_rows(block) if dense else to_csr(block))
+    return cat_rows(blocks), torch.cat(cls_parts) if cls_parts else None
 
 
 class SparseRetriever(PartSearch):
@@ -94,16 +76,12 @@ class SparseRetriever(PartSearch):
     @property
     def nbytes(self) -> int:
         """Stored size: the lexical matrix (CSR: float32 values, int32 ids and offsets; or dense float32) and [CLS]."""
-        parts = [self.docs] if self.docs.layout == torch.strided else [self.docs.values(), self.docs.col_indices(),
-                                                                       self.docs.crow_indices()]  # fmt: skip
-        parts += [self.cls] if self.cls is not None else []
-        return sum(t.numel() * t.element_size() for t in parts)
+        return nbytes(self.docs) + (nbytes(self.cls) if self.cls is not None else 0)
 
     @property
     def lexical_nonzero(self) -> float:
         """Mean non-zero vocabulary terms per document."""
-        dense = self.docs.layout == torch.strided
-        return (self.docs.count_nonzero().item() if dense else self.docs.values().numel()) / len(self.docids)
+        return nonzeros(self.docs) / len(self.docids)
 
     @torch.inference_mode()
     def search(self, queries: dict[str, str], k: int, part: str | None = None, weight: float | None = None) -> Run:
@@ -118,15 +96,16 @@ class SparseRetriever(PartSearch):
         texts = list(queries.values())
         encoded = encode_payload(encode, texts, self.batch_size, "encode queries (exact)", self.queries.lengths(texts),
                                  self.queries.prepare)  # fmt: skip
-        lexical, cls = encoded["lexical"], encoded.get("cls") if self.cls is not None else None
-        lexical[:, : self.discard] = 0
+        lexical = columns_from(encoded["lexical"], self.discard)
+        cls = encoded.get("cls") if self.cls is not None else None
+        step = max(1, min(self.batch_size, SCORING_FLOATS // lexical.shape[1]))  # a vocabulary of millions: fewer
         run: Run = {}
-        for start in range(0, len(qids), self.batch_size):
-            scores = torch.zeros(len(self.docids), len(qids[start : start + self.batch_size]), device=self.device)
+        for start in range(0, len(qids), step):
+            scores = torch.zeros(len(self.docids), len(qids[start : start + step]), device=self.device)
             if part != "semantic":
-                scores += self.docs @ lexical[start : start + self.batch_size].T.to(self.device)
+                scores += self.docs @ dense_rows(lexical, start, start + step).T.to(self.device)
             if part != "lexical" and self.cls is not None:
-                scores += weight * (self.cls @ cls[start : start + self.batch_size].T.to(self.device))
+                scores += weight * (self.cls @ cls[start : start + step].T.to(self.device))
             top_scores, rows = scores.T.topk(min(k, len(self.docids)), dim=1)
             for qid, row_scores, row_ids in zip(qids[start:], top_scores.tolist(), rows.tolist(), strict=False):
                 run[qid] = {self.docids[r]: s for r, s in zip(row_ids, row_scores, strict=True)}

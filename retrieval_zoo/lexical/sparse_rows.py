@@ -14,6 +14,8 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from retrieval_zoo.term_matrix import csr
+
 
 @dataclass
 class SparseBatch:
@@ -87,6 +89,17 @@ class SparseRows:
         first = torch.cumsum(counts, 0) - counts  # where each output row's entries begin
         entries = starts.repeat_interleave(counts) + torch.arange(int(counts.sum())) - first.repeat_interleave(counts)
         return SparseBatch(owner, self.columns[entries], self.weights[entries], len(rows))
+
+    def csr(self, rows: torch.Tensor, width: int) -> torch.Tensor:
+        """(m,) row numbers → (m, width) sparse CSR matrix of those bags, columns ascending in each row.
+
+        The columns being vocabulary ids, this is :meth:`dense` without the zeros (:mod:`retrieval_zoo.term_matrix`).
+        """
+        batch = self.gather(rows)
+        order = torch.argsort(batch.rows * width + batch.columns)
+        offsets = torch.zeros(batch.count + 1, dtype=torch.int64)
+        offsets[1:] = torch.cumsum(torch.bincount(batch.rows, minlength=batch.count), 0)
+        return csr(offsets, batch.columns[order], batch.weights[order], width)
 
     def dense(self, rows: torch.Tensor, width: int) -> torch.Tensor:
         """(m,) row numbers → (m, width) float32 matrix of those bags (the columns being vocabulary ids)."""

@@ -12,17 +12,20 @@ from __future__ import annotations
 
 from typing import ClassVar
 
+import numpy as np
 import torch
 
 from retrieval_zoo.batching import encode_payload, read
 from retrieval_zoo.data.collections import Collection
 from retrieval_zoo.encoder import Encoder
+from retrieval_zoo.id_index import IdIndex
 from retrieval_zoo.index.shards import Payload
 from retrieval_zoo.index.terms import BERT_DISCARD, TermEncoder
 from retrieval_zoo.lexical.bm25 import BM25
 from retrieval_zoo.lexical.sparse_rows import SparseRows
 from retrieval_zoo.lexical.splade import splade_vectors
 from retrieval_zoo.methods.base import RetrievalMethod
+from retrieval_zoo.term_matrix import to_csr
 from retrieval_zoo.tokens import TokenizedBatch, Tokens
 
 LEXICAL = ("bm25", "splade")
@@ -44,10 +47,40 @@ class TermBags(SparseRows):
         """(m,) row numbers → (m, |vocabulary|) float32 matrix of those bags."""
         return super().dense(rows, self.width)
 
+    def csr(self, rows: torch.Tensor) -> torch.Tensor:  # type: ignore[override]
+        """(m,) row numbers → (m, |vocabulary|) sparse CSR matrix of those bags."""
+        return super().csr(rows, self.width)
 
-def bag_matrix(bags: list[dict[str, float]], vocabulary: dict[str, int]) -> torch.Tensor:
-    """(n,) term → weight bags as an (n, |vocabulary|) matrix; terms outside the vocabulary match nothing."""
-    return TermBags(bags, vocabulary).dense(torch.arange(len(bags)))
+
+def bag_rows(bags: list[dict[str, float]], vocabulary: dict[str, int]) -> torch.Tensor:
+    """(n,) term → weight bags as an (n, |vocabulary|) CSR matrix; terms outside the vocabulary match nothing."""
+    return TermBags(bags, vocabulary).csr(torch.arange(len(bags)))
+
+
+def bm25_document_rows(bm25: BM25, docids: list[str]) -> tuple[SparseRows, list[str]]:
+    """BM25's document vectors (TF saturation, RoC Eq. 3) over the corpus's analysed vocabulary, sorted.
+
+    Built ``SparseRows.keyed`` chunk by chunk: each term's column is first the order it was met in, then its
+    position in the sorted vocabulary, so no bag of the whole corpus is held at once.
+
+    Returns:
+        The rows (row i is ``docids[i]``) and the vocabulary in column order.
+    """
+    words: list[str] = []
+
+    def met(terms: list[str]) -> np.ndarray:
+        words.extend(terms)
+        return np.arange(len(words) - len(terms), len(words))
+
+    def bags_of(ids: list[str]) -> list[dict[str, float]]:
+        return bm25.document_term_weights(ids, saturation_only=True)
+
+    rows = SparseRows.keyed(docids, bags_of, met)
+    order = sorted(range(len(words)), key=words.__getitem__)
+    column = torch.empty(len(words), dtype=torch.long)
+    column[torch.tensor(order, dtype=torch.long)] = torch.arange(len(words))
+    rows.columns = column[rows.columns]
+    return rows, [words[i] for i in order]
 
 
 class DhrFusion(RetrievalMethod):
@@ -101,27 +134,26 @@ class DhrFusion(RetrievalMethod):
         splade_texts = self.corpus_texts(collection) if self.encoder is not None else None
         dense_texts = self.dense.corpus_texts(collection) if self.dense is not None else None
         if self.lexical == "bm25":
-            docids = list(corpus)
-            saturation = bm25.document_term_weights(docids, saturation_only=True)
-            vocabulary = {term: i for i, term in enumerate(sorted(set().union(*saturation)))}
-            doc_bags, row_of = TermBags(saturation, vocabulary), {d: i for i, d in enumerate(docids)}
-            del saturation
+            docids = IdIndex(corpus)
+            doc_rows, words = bm25_document_rows(bm25, list(corpus))
+            vocabulary = {term: i for i, term in enumerate(words)}
 
             def lexical_queries(texts: list[str]) -> torch.Tensor:
-                return bag_matrix(bm25.query_idf(texts), vocabulary)
+                return bag_rows(bm25.query_idf(texts), vocabulary)
 
             def lexical_docs(ids: list[str]) -> torch.Tensor:
-                return doc_bags.dense(torch.tensor([row_of[d] for d in ids], dtype=torch.long))
+                rows = torch.from_numpy(docids.known_rows(list(ids), "the corpus"))
+                return doc_rows.csr(rows, len(words))
 
-            vocab_size, discard, words = len(vocabulary), 0, list(vocabulary)
+            vocab_size, discard = len(vocabulary), 0
             terms = lambda ids: [words[i] for i in ids]  # noqa: E731
         else:
 
             def lexical_queries(texts: list[str]) -> torch.Tensor:
-                return splade_vectors(self.encoder.model, *self.encoder.tokenize(texts, "query"))
+                return to_csr(splade_vectors(self.encoder.model, *self.encoder.tokenize(texts, "query")))
 
             def lexical_docs(ids: TokenizedBatch) -> torch.Tensor:
-                return splade_vectors(self.encoder.model, *self.encoder.tokenize(ids, "doc"))
+                return to_csr(splade_vectors(self.encoder.model, *self.encoder.tokenize(ids, "doc")))
 
             vocab_size, discard = self.encoder.vocab_size, BERT_DISCARD
             terms = self.encoder.tokenizer.convert_ids_to_tokens
