@@ -33,9 +33,16 @@ class IdIndex:
     """
 
     def __init__(self, ids: Iterable[str]) -> None:
-        self.ids = np.asarray(list(ids), dtype=str)
+        self.ids = ids if isinstance(ids, np.ndarray) and ids.dtype.kind == "U" else np.asarray(list(ids), dtype=str)
         self.order = np.argsort(self.ids, kind="stable")
         self.sorted = self.ids[self.order]
+
+    @classmethod
+    def presorted(cls, ids: np.ndarray, order: np.ndarray) -> IdIndex:
+        """The index of (N,) unicode ``ids`` whose stable id order ``order`` was computed before (a stored corpus)."""
+        index = cls.__new__(cls)
+        index.ids, index.order, index.sorted = ids, order, ids[order]
+        return index
 
     def __len__(self) -> int:
         return len(self.ids)

@@ -22,6 +22,7 @@ LAYERS = [  # lowest first; a module may import from its own layer and the ones 
             "backbones",
             "losses",
             "id_index",
+            "term_matrix",
             "tokens",
             "encoder",
         },

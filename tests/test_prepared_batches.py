@@ -6,6 +6,7 @@ import pytest
 import torch
 
 from retrieval_zoo import batching
+from retrieval_zoo.term_matrix import dense_rows
 from tests.conftest import clear_encoder, tiny_encoder
 
 
@@ -94,7 +95,7 @@ def test_workers_tokenize_typed_queries_and_gather_cached_tokens_with_equal_resu
         return {
             "dense queries": torch.from_numpy(dense_queries),
             "dense docs": Faiss().doc_encoder(dense, tiny, tiny_bm25)(ids)["vectors"],
-            "fused lexical": fused["lexical"],
+            "fused lexical": dense_rows(fused["lexical"]),  # CSR: compared dense
             "fused cls": fused["cls"],
             "dhr queries": torch.from_numpy(dhr_queries.astype("float32")),
         }

@@ -13,6 +13,7 @@ from importlib import resources
 from pathlib import Path
 
 from retrieval_zoo.cache import file_digest, fingerprint
+from retrieval_zoo.data.corpus_store import corpus_store
 from retrieval_zoo.data.formats import (
     FormatError,
     Qrels,
@@ -32,7 +33,8 @@ class Collection:
 
     Attributes:
         name: Short name used in run tags and logs.
-        corpus: docid → text.
+        corpus: docid → text: a :class:`~retrieval_zoo.data.corpus_store.CorpusStore` on disk when read from a file,
+            any mapping when built in memory.
         queries: split → (qid → text).
         qrels: split → qrels; only judged queries of a split are evaluated or trained on.
         files: The files it was read from, whose content defines :attr:`fingerprint`.
@@ -42,7 +44,7 @@ class Collection:
     """
 
     name: str
-    corpus: dict[str, str]
+    corpus: Mapping[str, str]
     queries: dict[str, dict[str, str]]
     qrels: dict[str, Qrels]
     files: list[Path] = field(default_factory=list)
@@ -119,7 +121,7 @@ def msmarco_tsv(
     base = Path(root).expanduser()
     if not base.is_dir():
         raise FileNotFoundError(f"dataset {name!r}: directory {base} does not exist (set dataset.root=...)")
-    corpus = read_id_text_tsv(base / collection, "document")
+    corpus = corpus_store(base / collection, "tsv")
     split_queries = {split: read_id_text_tsv(base / f, "query") for split, f in queries.items()}
     split_qrels = {}
     for split, f in qrels.items():
@@ -150,7 +152,7 @@ def beir(name: str, root: str, splits: list[str], train_split: str = "train", ev
     base = Path(root).expanduser()
     if not base.is_dir():
         raise FileNotFoundError(f"dataset {name!r}: directory {base} does not exist (set dataset.root=...)")
-    corpus = read_beir_jsonl(base / "corpus.jsonl", "document")
+    corpus = corpus_store(base / "corpus.jsonl", "beir")
     all_queries = read_beir_jsonl(base / "queries.jsonl", "query")
     split_qrels, split_queries = {}, {}
     for split in splits:

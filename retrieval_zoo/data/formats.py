@@ -66,13 +66,48 @@ def numbered_lines(path: str | Path) -> Iterator[tuple[int, str]]:
 def _rows(path: str | Path, ncols: tuple[int, ...], sep: str | None = "\t") -> Iterator[tuple[int, list[str]]]:
     """Yield (line number, fields) of a delimited file, checking the field count of every non-blank line."""
     for lineno, line in numbered_lines(path):
-        if not line.strip():
-            raise FormatError(path, lineno, "blank line")
-        fields = line.split(sep) if sep else line.split()
-        if len(fields) not in ncols:
-            expected = " or ".join(map(str, ncols))
-            raise FormatError(path, lineno, f"expected {expected} fields, found {len(fields)}: {line[:80]!r}")
-        yield lineno, fields
+        yield lineno, _fields(path, lineno, line, ncols, sep)
+
+
+def _fields(path: str | Path, lineno: int, line: str, ncols: tuple[int, ...], sep: str | None) -> list[str]:
+    """The fields of one line of a delimited file; a blank line or another field count is an error."""
+    if not line.strip():
+        raise FormatError(path, lineno, "blank line")
+    fields = line.split(sep) if sep else line.split()
+    if len(fields) not in ncols:
+        expected = " or ".join(map(str, ncols))
+        raise FormatError(path, lineno, f"expected {expected} fields, found {len(fields)}: {line[:80]!r}")
+    return fields
+
+
+def id_text_fields(path: str | Path, lineno: int, line: str, what: str) -> tuple[str, str]:
+    """The id and text of one ``id<TAB>text`` line, neither empty."""
+    key, text = _fields(path, lineno, line, (2,), "\t")
+    if not text.strip():
+        raise FormatError(path, lineno, f"empty text for {what} {key!r}")
+    if not key:
+        raise FormatError(path, lineno, f"empty {what} id")
+    return key, text
+
+
+def beir_record(path: str | Path, lineno: int, line: str, what: str) -> tuple[str, str]:
+    """The id and text of one BEIR JSONL line: title and text joined, whitespace collapsed, neither empty."""
+    if not line.strip():
+        raise FormatError(path, lineno, "blank line")
+    try:
+        record = json.loads(line)
+    except json.JSONDecodeError as err:
+        raise FormatError(path, lineno, f"invalid JSON: {err.msg}") from None
+    if not isinstance(record, dict) or "_id" not in record or "text" not in record:
+        raise FormatError(path, lineno, "a record needs '_id' and 'text'")
+    if not isinstance(record["_id"], str):
+        raise FormatError(path, lineno, f"'_id' must be a string, not {json.dumps(record['_id'])}")
+    text = " ".join(str(p) for p in (record.get("title") or "", record["text"]) if p).strip()
+    if not text:
+        raise FormatError(path, lineno, f"empty text for {what} {record['_id']!r}")
+    if not record["_id"]:
+        raise FormatError(path, lineno, f"empty {what} id")
+    return record["_id"], " ".join(text.split())
 
 
 def _put_unique(table: dict, key: str, value: object, path: str | Path, lineno: int, what: str) -> None:
@@ -84,11 +119,10 @@ def _put_unique(table: dict, key: str, value: object, path: str | Path, lineno: 
 
 
 def read_id_text_tsv(path: str | Path, what: str = "document") -> dict[str, str]:
-    """Read an MS MARCO ``id<TAB>text`` file (collection.tsv or queries.*.tsv)."""
+    """Read an MS MARCO ``id<TAB>text`` file (queries.*.tsv; a corpus goes to :mod:`.corpus_store`) into a dict."""
     table: dict[str, str] = {}
-    for lineno, (key, text) in _rows(path, (2,)):
-        if not text.strip():
-            raise FormatError(path, lineno, f"empty text for {what} {key!r}")
+    for lineno, line in numbered_lines(path):
+        key, text = id_text_fields(path, lineno, line, what)
         _put_unique(table, key, text, path, lineno, what)
     return table
 
@@ -185,21 +219,9 @@ def write_qrels(path: str | Path, qrels: Qrels) -> None:
 
 
 def read_beir_jsonl(path: str | Path, what: str) -> dict[str, str]:
-    """Read BEIR corpus.jsonl (title + text joined) or queries.jsonl into id → text."""
+    """Read BEIR queries.jsonl (or a corpus.jsonl, which :mod:`.corpus_store` reads to disk) into id → text."""
     table: dict[str, str] = {}
     for lineno, line in numbered_lines(path):
-        if not line.strip():
-            raise FormatError(path, lineno, "blank line")
-        try:
-            record = json.loads(line)
-        except json.JSONDecodeError as err:
-            raise FormatError(path, lineno, f"invalid JSON: {err.msg}") from None
-        if not isinstance(record, dict) or "_id" not in record or "text" not in record:
-            raise FormatError(path, lineno, "a record needs '_id' and 'text'")
-        if not isinstance(record["_id"], str):
-            raise FormatError(path, lineno, f"'_id' must be a string, not {json.dumps(record['_id'])}")
-        text = " ".join(str(p) for p in (record.get("title") or "", record["text"]) if p).strip()
-        if not text:
-            raise FormatError(path, lineno, f"empty text for {what} {record['_id']!r}")
-        _put_unique(table, record["_id"], " ".join(text.split()), path, lineno, what)
+        key, text = beir_record(path, lineno, line, what)
+        _put_unique(table, key, text, path, lineno, what)
     return table

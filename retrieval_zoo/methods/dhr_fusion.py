@@ -17,8 +17,8 @@ import torch
 
 from retrieval_zoo.batching import encode_payload, read
 from retrieval_zoo.data.collections import Collection
+from retrieval_zoo.data.corpus_store import corpus_ids
 from retrieval_zoo.encoder import Encoder
-from retrieval_zoo.id_index import IdIndex
 from retrieval_zoo.index.shards import Payload
 from retrieval_zoo.index.terms import BERT_DISCARD, TermEncoder
 from retrieval_zoo.lexical.bm25 import BM25
@@ -134,7 +134,7 @@ class DhrFusion(RetrievalMethod):
         splade_texts = self.corpus_texts(collection) if self.encoder is not None else None
         dense_texts = self.dense.corpus_texts(collection) if self.dense is not None else None
         if self.lexical == "bm25":
-            docids = IdIndex(corpus)
+            docids = corpus_ids(corpus)
             doc_rows, words = bm25_document_rows(bm25, list(corpus))
             vocabulary = {term: i for i, term in enumerate(words)}
 

@@ -24,6 +24,7 @@ from torch.utils.data import DataLoader
 
 from retrieval_zoo.cache import fingerprint
 from retrieval_zoo.data.collections import Collection
+from retrieval_zoo.data.corpus_store import corpus_ids
 from retrieval_zoo.data.doc_rows import RankedRows
 from retrieval_zoo.data.ranked_rows import cached_ranked_rows
 from retrieval_zoo.id_index import IdIndex
@@ -161,7 +162,7 @@ class TriplesDataModule(L.LightningDataModule):
         unjudged = len(self.collection.queries[split]) - len(queries) - len(held_out)
         if unjudged:
             print(f"[data] {unjudged:,} {split} queries have no relevant document and are not trained on")
-        docs, qids = IdIndex(self.collection.corpus), self.train_qids  # the rows of every table below
+        docs, qids = corpus_ids(self.collection.corpus), self.train_qids  # the rows of every table below
         if self.negatives_run:
             bm25_run, run = None, self._read_rows(self.negatives_run, qids, docs, self.negative_depth)
         else:
