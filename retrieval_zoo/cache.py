@@ -130,3 +130,30 @@ def write_json(path: str | Path, data: object) -> None:
     """Write JSON atomically."""
     with atomic_path(path) as tmp:
         tmp.write_text(json.dumps(data, indent=2, sort_keys=True, default=str) + "\n")
+
+
+def seal(folder: Path, files: tuple[str, ...], **facts: object) -> None:
+    """Write ``folder``'s ``ready.json``, last: ``facts`` and the sizes of ``files``, which :func:`sealed` checks."""
+    write_json(folder / "ready.json", facts | {"sizes": {name: (folder / name).stat().st_size for name in files}})
+
+
+def sealed(folder: Path, files: tuple[str, ...], label: str) -> bool:
+    """Whether ``folder`` was sealed (:func:`seal`) with ``files`` of the sizes now found; a damaged one is removed.
+
+    Damaged: ``ready.json`` missing from an existing folder or unreadable, or a file missing or resized. The message
+    (``[label] <folder>: <problem>: building it again``) names the problem.
+    """
+    try:
+        sizes = json.loads((folder / "ready.json").read_text())["sizes"]
+        if all((folder / name).stat().st_size == sizes[name] for name in files):
+            return True
+        problem = "a file is not the size the build wrote"
+    except FileNotFoundError:
+        if not folder.exists():
+            return False
+        problem = "incomplete (no ready.json, or a file missing)"
+    except (json.JSONDecodeError, UnicodeDecodeError, KeyError, TypeError) as error:
+        problem = f"ready.json is damaged ({error})"
+    print(f"[{label}] {folder}: {problem}: building it again")
+    shutil.rmtree(folder)
+    return False

@@ -5,7 +5,6 @@ import torch
 
 from retrieval_zoo.batching import encode_payload
 from retrieval_zoo.index.shards import CorpusShards
-from retrieval_zoo.methods.dhr_fusion import TermBags, bm25_document_rows
 from retrieval_zoo.term_matrix import (
     cat_rows,
     column_max,
@@ -76,14 +75,3 @@ def test_shards_read_csr_back_as_csr_and_dense_as_dense(tmp_path) -> None:
     read = shards.read(0)
     assert is_csr(read["lexical"]) and torch.equal(dense_rows(read["lexical"]), matrix)
     assert not is_csr(read["dense_lexical"]) and torch.equal(read["dense_lexical"], matrix)
-
-
-def test_bm25_document_rows_are_the_whole_corpus_bags_over_their_sorted_vocabulary(tiny, tiny_bm25) -> None:
-    docids = list(tiny.corpus)
-    rows, words = bm25_document_rows(tiny_bm25, docids)
-    saturation = tiny_bm25.document_term_weights(docids, saturation_only=True)
-    assert words == sorted(set().union(*saturation))  # what the whole corpus's bags, held at once, gave before
-    vocabulary = {term: i for i, term in enumerate(words)}
-    picked = torch.tensor([5, 0, len(docids) - 1])
-    expected = TermBags(saturation, vocabulary).dense(picked)
-    assert torch.equal(dense_rows(rows.csr(picked, len(words))), expected)

@@ -19,8 +19,6 @@ and named by its second line, as the in-memory reader names it.
 
 from __future__ import annotations
 
-import json
-import shutil
 from array import array
 from collections.abc import Callable, ItemsView, Iterator, ValuesView
 from collections.abc import Mapping as MappingABC
@@ -29,7 +27,7 @@ from pathlib import Path
 import numpy as np
 from tqdm import tqdm
 
-from retrieval_zoo.cache import atomic_path, cache_root, entry_lock, file_digest, fingerprint, write_json
+from retrieval_zoo.cache import atomic_path, cache_root, entry_lock, file_digest, fingerprint, seal, sealed
 from retrieval_zoo.data.formats import FormatError, beir_record, id_text_fields, numbered_lines
 from retrieval_zoo.id_index import IdIndex
 
@@ -114,28 +112,10 @@ def corpus_store(path: str | Path, kind: str, cache_dir: str | Path | None = Non
         raise FormatError(path, None, "file not found")
     folder = Path(cache_dir or cache_root()) / "corpus" / fingerprint("corpus-store", FORMAT, kind, file_digest(path))
     with entry_lock(folder):
-        if not ready(folder):
+        if not sealed(folder, FILES, "corpus"):
             with atomic_path(folder) as tmp:
                 build(path, kind, tmp)
     return CorpusStore(folder, path)
-
-
-def ready(folder: Path) -> bool:
-    """Whether ``folder`` holds a complete store; a damaged one (a file missing or resized) is removed."""
-    try:
-        stats = json.loads((folder / "ready.json").read_text())
-        if all((folder / name).stat().st_size == stats["sizes"][name] for name in FILES):
-            return True
-        problem = "a file is not the size the build wrote"
-    except FileNotFoundError:
-        if not folder.exists():
-            return False
-        problem = "incomplete"
-    except (json.JSONDecodeError, UnicodeDecodeError, KeyError) as error:
-        problem = f"ready.json is damaged ({error})"
-    print(f"[corpus] {folder}: {problem}: building it again")
-    shutil.rmtree(folder)
-    return False
 
 
 def build(path: Path, kind: str, folder: Path) -> None:
@@ -163,8 +143,7 @@ def build(path: Path, kind: str, folder: Path) -> None:
     np.save(folder / "offsets.npy", np.frombuffer(offsets, dtype=np.int64))
     np.save(folder / "ids.npy", all_ids)
     np.save(folder / "order.npy", order)
-    sizes = {name: (folder / name).stat().st_size for name in FILES}
-    write_json(folder / "ready.json", {"documents": len(all_ids), "source": str(path), "sizes": sizes})
+    seal(folder, FILES, documents=len(all_ids), source=str(path))
 
 
 def corpus_ids(corpus: MappingABC) -> IdIndex:

@@ -1,6 +1,7 @@
 """Indexes over term weights: DLR/DHR searched by gated inner product, and the exact sparse reference.
 
-A method that produces ``term_weights`` hands over a :class:`TermEncoder`: |V|-wide lexical vectors per text, with
+A method that produces ``term_weights`` hands over a :class:`TermEncoder`: |V|-wide lexical vectors per text, dense
+or sparse CSR (:mod:`retrieval_zoo.term_matrix`: BM25's and SPLADE's are CSR, DeLADE's softmax vectors dense), with
 an optional [CLS] part, the vocabulary's size, the leading ids that are never used (``discard``: BERT's 570
 [PAD]/[unused*] ids) and the λ its [CLS] part was trained with. :class:`Gip` densifies them into DLRs/DHRs
 (delade-dhr.md Eq. 4–16) searched in two stages (Eq. 18); :class:`Sparse` keeps them whole and scores exactly, the
@@ -34,8 +35,9 @@ class TermEncoder:
     """What a ``term_weights`` method hands to these indexes (``method.term_encoder(collection, bm25)``).
 
     Args:
-        encode_queries: (n,) query texts → (n, |V|) lexical vectors and (n, c) [CLS] vectors or None.
-        encode_docs: (n,) document ids → ``lexical`` (n, |V|) and, with a [CLS] part, ``cls`` (n, c) float32 tensors.
+        encode_queries: (n,) query texts → (n, |V|) lexical vectors (dense or CSR) and (n, c) [CLS] vectors or None.
+        encode_docs: (n,) document ids → ``lexical`` (n, |V|), dense or CSR, and, with a [CLS] part, ``cls`` (n, c)
+            float32 tensors.
         vocab_size: |V|.
         discard: Leading vocabulary ids that are never used, dropped before slicing (BERT: :data:`BERT_DISCARD`).
         terms: Vocabulary ids → their strings (for explanations).

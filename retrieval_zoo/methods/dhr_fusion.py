@@ -12,7 +12,6 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-import numpy as np
 import torch
 
 from retrieval_zoo.batching import encode_payload, read
@@ -22,6 +21,7 @@ from retrieval_zoo.encoder import Encoder
 from retrieval_zoo.index.shards import Payload
 from retrieval_zoo.index.terms import BERT_DISCARD, TermEncoder
 from retrieval_zoo.lexical.bm25 import BM25
+from retrieval_zoo.lexical.bm25_rows import document_rows
 from retrieval_zoo.lexical.sparse_rows import SparseRows
 from retrieval_zoo.lexical.splade import splade_vectors
 from retrieval_zoo.methods.base import RetrievalMethod
@@ -55,32 +55,6 @@ class TermBags(SparseRows):
 def bag_rows(bags: list[dict[str, float]], vocabulary: dict[str, int]) -> torch.Tensor:
     """(n,) term → weight bags as an (n, |vocabulary|) CSR matrix; terms outside the vocabulary match nothing."""
     return TermBags(bags, vocabulary).csr(torch.arange(len(bags)))
-
-
-def bm25_document_rows(bm25: BM25, docids: list[str]) -> tuple[SparseRows, list[str]]:
-    """BM25's document vectors (TF saturation, RoC Eq. 3) over the corpus's analysed vocabulary, sorted.
-
-    Built ``SparseRows.keyed`` chunk by chunk: each term's column is first the order it was met in, then its
-    position in the sorted vocabulary, so no bag of the whole corpus is held at once.
-
-    Returns:
-        The rows (row i is ``docids[i]``) and the vocabulary in column order.
-    """
-    words: list[str] = []
-
-    def met(terms: list[str]) -> np.ndarray:
-        words.extend(terms)
-        return np.arange(len(words) - len(terms), len(words))
-
-    def bags_of(ids: list[str]) -> list[dict[str, float]]:
-        return bm25.document_term_weights(ids, saturation_only=True)
-
-    rows = SparseRows.keyed(docids, bags_of, met)
-    order = sorted(range(len(words)), key=words.__getitem__)
-    column = torch.empty(len(words), dtype=torch.long)
-    column[torch.tensor(order, dtype=torch.long)] = torch.arange(len(words))
-    rows.columns = column[rows.columns]
-    return rows, [words[i] for i in order]
 
 
 class DhrFusion(RetrievalMethod):
@@ -135,7 +109,7 @@ class DhrFusion(RetrievalMethod):
         dense_texts = self.dense.corpus_texts(collection) if self.dense is not None else None
         if self.lexical == "bm25":
             docids = corpus_ids(corpus)
-            doc_rows, words = bm25_document_rows(bm25, list(corpus))
+            doc_rows, words = document_rows(bm25, saturation_only=True)
             vocabulary = {term: i for i, term in enumerate(words)}
 
             def lexical_queries(texts: list[str]) -> torch.Tensor:
