@@ -13,6 +13,8 @@ from functools import cached_property
 
 import numpy as np
 
+DIGEST_CHUNK = 1 << 20  # ids joined at a time by IdIndex.joined_digest
+
 
 def find_sorted(values: np.ndarray, wanted: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Where each of ``wanted`` stands in the sorted array ``values``: (n,) positions and (n,) whether it is there.
@@ -51,6 +53,14 @@ class IdIndex:
     def digest(self) -> str:
         """A hash of the ids in row order: keys every cached artifact that stores rows."""
         return hashlib.sha256(self.ids.tobytes()).hexdigest()[:16]
+
+    def joined_digest(self) -> str:
+        """SHA-256 (16 hex digits) of the ids joined by line feeds, in row order, computed a chunk at a time."""
+        digest = hashlib.sha256()
+        for start in range(0, len(self.ids), DIGEST_CHUNK):
+            chunk = "\n".join(self.ids[start : start + DIGEST_CHUNK].tolist())
+            digest.update((("\n" if start else "") + chunk).encode())
+        return digest.hexdigest()[:16]
 
     @cached_property
     def id_rank(self) -> np.ndarray:

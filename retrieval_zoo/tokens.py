@@ -112,13 +112,13 @@ class TokenCache:
         padding_side: ``right`` or ``left``, as the tokenizer pads.
     """
 
-    def __init__(self, folder: Path, keys: list[str], pad_id: int, padding_side: str = "right") -> None:
+    def __init__(self, folder: Path, keys: IdIndex, pad_id: int, padding_side: str = "right") -> None:
         self.folder, self.pad_id, self.padding_side = folder, pad_id, padding_side
         self.ids = np.load(folder / "ids.npy", mmap_mode="r")
         self.offsets = np.load(folder / "offsets.npy", mmap_mode="r")
         if len(self.offsets) != len(keys) + 1:
             raise ValueError(f"{folder}: {len(self.offsets) - 1:,} texts cached, {len(keys):,} expected")
-        self.index = IdIndex(keys)
+        self.index = keys
 
     @classmethod
     def build(
@@ -133,8 +133,8 @@ class TokenCache:
             content: A hash of the texts' content (the collection's fingerprint for them).
             chunk_size: Texts tokenized and written at a time.
         """
-        keys = list(texts)
-        key_digest = hashlib.sha256("\n".join(keys).encode()).hexdigest()[:16]
+        keys = texts.index if isinstance(getattr(texts, "index", None), IdIndex) else IdIndex(texts)  # a store's own
+        key_digest = keys.joined_digest()
         folder = cache_root() / "tokens" / fingerprint(tokenizer.digest(side), side, content, key_digest)
         tok = tokenizer.tokenizer
         with entry_lock(folder):
@@ -187,7 +187,7 @@ def _complete(folder: Path) -> bool:
 
 
 def _build(
-    folder: Path, texts: Mapping[str, str], keys: list[str], tokenizer: TextTokenizer, side: str, chunk_size: int
+    folder: Path, texts: Mapping[str, str], keys: IdIndex, tokenizer: TextTokenizer, side: str, chunk_size: int
 ) -> None:
     """Tokenize ``texts`` chunk by chunk (each chunk file atomic, reused after a kill), then join the chunks."""
     folder.mkdir(parents=True, exist_ok=True)
@@ -198,7 +198,7 @@ def _build(
         part = folder / f"part-{number:05d}.npz"
         if part.exists():
             continue
-        ids = tokenizer.unpadded([texts[k] for k in keys[start : start + chunk_size]], side)
+        ids = tokenizer.unpadded([texts[k] for k in keys.ids[start : start + chunk_size].tolist()], side)
         with atomic_path(part) as tmp, tmp.open("wb") as handle:
             np.savez(handle, ids=np.fromiter((i for row in ids for i in row), dtype=dtype),
                      lengths=np.array([len(row) for row in ids], dtype=np.int64))  # fmt: skip

@@ -5,6 +5,7 @@ import pickle
 from pathlib import Path
 
 import pytest
+import torch
 
 from retrieval_zoo.data import corpus_store as store_module
 from retrieval_zoo.data.corpus_store import CorpusStore, corpus_store
@@ -86,3 +87,30 @@ def test_a_missing_file_and_an_empty_corpus(tmp_path: Path) -> None:
     (tmp_path / "empty.tsv").write_text("")
     store = corpus_store(tmp_path / "empty.tsv", "tsv", tmp_path / "cache")
     assert len(store) == 0 and list(store.items()) == [] and "x" not in store
+
+
+def test_the_joined_digest_is_the_hash_of_the_ids_joined_at_any_chunk_size(monkeypatch) -> None:
+    import hashlib
+
+    from retrieval_zoo import id_index
+
+    keys = [str(i) for i in range(50)] + ["ü", "a b", "x"]
+    expected = hashlib.sha256("\n".join(keys).encode()).hexdigest()[:16]  # what the token cache keys were before
+    for chunk in (1, 7, 53, 1 << 20):
+        monkeypatch.setattr(id_index, "DIGEST_CHUNK", chunk)
+        assert id_index.IdIndex(keys).joined_digest() == expected
+
+
+def test_a_token_cache_of_a_store_uses_the_stores_own_ids(tmp_path: Path, monkeypatch) -> None:
+    from retrieval_zoo.tokens import TokenCache
+    from tests.conftest import clear_encoder
+
+    monkeypatch.setenv("RETRIEVAL_ZOO_CACHE", str(tmp_path / "cache"))
+    write_id_text_tsv(tmp_path / "collection.tsv", DOCS)
+    store = corpus_store(tmp_path / "collection.tsv", "tsv", tmp_path / "cache")
+    tokenizer = clear_encoder().text_tokenizer()
+    cache = TokenCache.build(store, tokenizer, "doc", "content")
+    assert cache.index is store.index  # no second copy of the corpus's ids
+    in_memory = TokenCache.build(dict(store.items()), tokenizer, "doc", "content")
+    assert in_memory.folder == cache.folder  # the same key: the same ids in the same order
+    assert torch.equal(cache.tokens(["z9", "7"]).ids, in_memory.tokens(["z9", "7"]).ids)
