@@ -40,10 +40,10 @@ class IdIndex:
         self.sorted = self.ids[self.order]
 
     @classmethod
-    def presorted(cls, ids: np.ndarray, order: np.ndarray) -> IdIndex:
-        """The index of (N,) unicode ``ids`` whose stable id order ``order`` was computed before (a stored corpus)."""
+    def presorted(cls, ids: np.ndarray, order: np.ndarray, in_order: np.ndarray) -> IdIndex:
+        """The index of (N,) unicode ``ids`` whose stable ``order`` and ``ids[order]`` were stored (a corpus store)."""
         index = cls.__new__(cls)
-        index.ids, index.order, index.sorted = ids, order, ids[order]
+        index.ids, index.order, index.sorted = ids, order, in_order
         return index
 
     def __len__(self) -> int:

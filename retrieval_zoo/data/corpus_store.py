@@ -6,15 +6,17 @@ keyed by the file's content:
 
 - ``texts.bin``: every text's UTF-8 bytes, end to end, in corpus order;
 - ``offsets.npy``: (N + 1,) int64 byte offsets of the texts;
-- ``ids.npy``: (N,) the ids (numpy unicode), and ``order.npy``: (N,) the rows in id order (the lookup's index);
+- ``ids.npy``: (N,) the ids (numpy unicode); ``order.npy``: (N,) the rows in id order; ``sorted.npy``: the ids in
+  that order (the lookup's binary search);
 - ``ready.json``: the counts and file sizes, written last: a folder without it, or whose files differ from it, is
   built again.
 
 :class:`CorpusStore` is a ``Mapping[str, str]`` over that folder: ``corpus[docid]`` is a binary search and a slice
-of the memory-mapped texts, and iterating streams ids or (id, text) pairs in corpus order. What stays in memory is
-the ids and their order (about 0.3 GB at MS MARCO's 8.8M passages); the 3 GB of texts stay in the page cache, which
-the kernel can drop. The build holds a chunk of ids at a time. A duplicate id is found after the pass, by sorting,
-and named by its second line, as the in-memory reader names it.
+of the memory-mapped texts, and iterating streams ids or (id, text) pairs in corpus order. Every array is memory-
+mapped, ids included: opening a store allocates next to nothing, and what it reads stays in the page cache, which
+the kernel can drop (``benchmarks/corpus_memory.py`` measures it at MS MARCO's size). The build holds a chunk of ids
+as Python strings at a time. A duplicate id is found after the pass, by sorting, and named by the first line that
+repeats an earlier id, as the in-memory reader names it.
 """
 
 from __future__ import annotations
@@ -31,9 +33,9 @@ from retrieval_zoo.cache import atomic_path, cache_root, entry_lock, file_digest
 from retrieval_zoo.data.formats import FormatError, beir_record, id_text_fields, numbered_lines
 from retrieval_zoo.id_index import IdIndex
 
-FORMAT = 1  # bumped when the folder's layout changes: older folders are then built again
+FORMAT = 2  # bumped when the folder's layout changes: older folders are then built again
 CHUNK = 1 << 20  # ids held as Python strings at a time while building
-FILES = ("texts.bin", "offsets.npy", "ids.npy", "order.npy")
+FILES = ("texts.bin", "offsets.npy", "ids.npy", "order.npy", "sorted.npy")
 READERS: dict[str, Callable[[Path, int, str], tuple[str, str]]] = {
     "tsv": lambda path, lineno, line: id_text_fields(path, lineno, line, "document"),
     "beir": lambda path, lineno, line: beir_record(path, lineno, line, "document"),
@@ -52,7 +54,8 @@ class CorpusStore(MappingABC):
         self.folder, self.source = Path(folder), Path(source)
         self.offsets = np.load(self.folder / "offsets.npy", mmap_mode="r")
         self.texts_bytes = np.memmap(self.folder / "texts.bin", dtype=np.uint8, mode="r") if self.offsets[-1] else b""
-        self.index = IdIndex.presorted(np.load(self.folder / "ids.npy"), np.load(self.folder / "order.npy"))
+        ids, order, in_order = (np.load(self.folder / name, mmap_mode="r") for name in FILES[2:])
+        self.index = IdIndex.presorted(ids, order, in_order)
 
     def __reduce__(self) -> tuple:  # pickled as its folder, never as the mapped arrays
         return CorpusStore, (self.folder, self.source)
@@ -143,6 +146,7 @@ def build(path: Path, kind: str, folder: Path) -> None:
     np.save(folder / "offsets.npy", np.frombuffer(offsets, dtype=np.int64))
     np.save(folder / "ids.npy", all_ids)
     np.save(folder / "order.npy", order)
+    np.save(folder / "sorted.npy", all_ids[order])
     seal(folder, FILES, documents=len(all_ids), source=str(path))
 
 
