@@ -57,3 +57,17 @@ def test_datamodule_memory_runs_every_setup_step_on_a_small_synthetic_run(monkey
                      "groups of every epoch (pair keys)", "BM25 scores of the pairs, from the run"]  # fmt: skip
     pairs = int(re.search(r"^([\d,]+) pairs, ", out, re.MULTILINE).group(1).replace(",", ""))
     assert 300 < pairs <= 300 * (1 + 2 * 2)  # each query: its positive, then a negative an epoch (some repeat)
+
+
+def test_corpus_memory_builds_opens_and_reads_a_small_synthetic_corpus(monkeypatch, capsys, tmp_path) -> None:
+    from benchmarks import corpus_memory
+
+    monkeypatch.setattr("sys.argv", ["x", "--docs", "3000", "--work", str(tmp_path)])
+    corpus_memory.main()
+    out = capsys.readouterr().out
+    steps = [line.split("|")[1].strip() for line in out.splitlines() if line.startswith("| ") and "GiB" in line]
+    assert steps == ["synthetic collection.tsv written", "store built (every line read and checked)", "store opened",
+                     "100,000 random lookups", "one pass over every (id, text)",
+                     "read into a dict instead (read_id_text_tsv)"]  # fmt: skip
+    lines = (tmp_path / "collection.tsv").read_text().splitlines()
+    assert len(lines) == 3000 and lines[7].startswith("7\t") and len(lines[7].split("\t")[1].split()) == 56
