@@ -24,6 +24,7 @@ from torch.utils.data import DataLoader
 
 from retrieval_zoo.cache import cache_root, fingerprint
 from retrieval_zoo.data.collections import Collection
+from retrieval_zoo.data.corpus_store import corpus_ids
 from retrieval_zoo.index.base import Index
 from retrieval_zoo.index.shards import CorpusShards, Payload, ShardEncoder
 from retrieval_zoo.lexical.bm25 import BM25
@@ -129,7 +130,7 @@ def encode_corpus(
     settings = method.encoding_settings() | {"representation": index.representation(method)}
     key = fingerprint("corpus-shards", digest, collection.corpus_fingerprint, settings, shard_size)
     folder = Path(cache_dir or cache_root()) / "encoded" / key
-    docids = list(collection.corpus)
+    docids = corpus_ids(collection.corpus)
     shards = CorpusShards(docids, shard_size, folder)
     done = len(shards) - len(shards.missing())
     if done == len(shards):

@@ -8,12 +8,13 @@ A corpus's 8.8M document ids as a ``dict`` cost about a gigabyte of Python objec
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from functools import cached_property
+from typing import overload
 
 import numpy as np
 
-DIGEST_CHUNK = 1 << 20  # ids joined at a time by IdIndex.joined_digest
+DIGEST_CHUNK = 1 << 20  # ids made Python strings at a time (iteration, IdIndex.joined_digest)
 
 
 def find_sorted(values: np.ndarray, wanted: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -49,18 +50,32 @@ class IdIndex:
     def __len__(self) -> int:
         return len(self.ids)
 
+    @overload
+    def __getitem__(self, row: int) -> str: ...
+
+    @overload
+    def __getitem__(self, rows: slice) -> list[str]: ...
+
+    def __getitem__(self, row: int | slice) -> str | list[str]:
+        """The id of row ``row`` (a Python string), or the ids of a slice of rows: a sequence of its ids."""
+        return self.ids[row].tolist() if isinstance(row, slice) else str(self.ids[row])
+
+    def __iter__(self) -> Iterator[str]:
+        for start in range(0, len(self.ids), DIGEST_CHUNK):
+            yield from self.ids[start : start + DIGEST_CHUNK].tolist()
+
     @cached_property
     def digest(self) -> str:
         """A hash of the ids in row order: keys every cached artifact that stores rows."""
         return hashlib.sha256(self.ids.tobytes()).hexdigest()[:16]
 
     def joined_digest(self) -> str:
-        """SHA-256 (16 hex digits) of the ids joined by line feeds, in row order, computed a chunk at a time."""
+        """SHA-256 (hex) of the ids joined by line feeds, in row order, computed a chunk at a time."""
         digest = hashlib.sha256()
         for start in range(0, len(self.ids), DIGEST_CHUNK):
             chunk = "\n".join(self.ids[start : start + DIGEST_CHUNK].tolist())
             digest.update((("\n" if start else "") + chunk).encode())
-        return digest.hexdigest()[:16]
+        return digest.hexdigest()
 
     @cached_property
     def id_rank(self) -> np.ndarray:

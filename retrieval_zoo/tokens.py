@@ -134,7 +134,7 @@ class TokenCache:
             chunk_size: Texts tokenized and written at a time.
         """
         keys = texts.index if isinstance(getattr(texts, "index", None), IdIndex) else IdIndex(texts)  # a store's own
-        key_digest = keys.joined_digest()
+        key_digest = keys.joined_digest()[:16]
         folder = cache_root() / "tokens" / fingerprint(tokenizer.digest(side), side, content, key_digest)
         tok = tokenizer.tokenizer
         with entry_lock(folder):

@@ -95,7 +95,7 @@ def test_the_joined_digest_is_the_hash_of_the_ids_joined_at_any_chunk_size(monke
     from retrieval_zoo import id_index
 
     keys = [str(i) for i in range(50)] + ["ü", "a b", "x"]
-    expected = hashlib.sha256("\n".join(keys).encode()).hexdigest()[:16]  # what the token cache keys were before
+    expected = hashlib.sha256("\n".join(keys).encode()).hexdigest()  # the token cache's key, the shards' manifest
     for chunk in (1, 7, 53, 1 << 20):
         monkeypatch.setattr(id_index, "DIGEST_CHUNK", chunk)
         assert id_index.IdIndex(keys).joined_digest() == expected

@@ -19,6 +19,7 @@ from __future__ import annotations
 from typing import Any, ClassVar, Protocol
 
 from retrieval_zoo.data.collections import Collection
+from retrieval_zoo.data.corpus_store import corpus_ids
 from retrieval_zoo.data.formats import Qrels, Run
 from retrieval_zoo.evaluation import MEASURES, tune_weight
 from retrieval_zoo.index.shards import CorpusShards, Payload, ShardEncoder
@@ -89,7 +90,7 @@ class Index:
             return shards
         corpus = collection.corpus
         encode = self.doc_encoder(method, collection, bm25)
-        return CorpusShards.on_demand(list(corpus), encode, self.on_demand_shard or len(corpus))
+        return CorpusShards.on_demand(corpus_ids(corpus), encode, self.on_demand_shard or len(corpus))
 
     def build(self, method: Any, collection: Collection, bm25: BM25, shards: CorpusShards | None = None) -> Retriever:
         """Index ``collection``'s corpus as ``method`` represents it (from its encoded ``shards`` when given)."""

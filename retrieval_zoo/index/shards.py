@@ -12,43 +12,44 @@ Indexes are built shard by shard, and search over a sharded index merges each sh
 
 from __future__ import annotations
 
-import hashlib
 import heapq
 import json
 import zipfile
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 
 import torch
 
 from retrieval_zoo.cache import atomic_path, write_json
 from retrieval_zoo.data.formats import Run
+from retrieval_zoo.id_index import IdIndex
 from retrieval_zoo.term_matrix import csr, dense_rows, is_csr, parts, to_csr
 
 Payload = dict[str, torch.Tensor]
 ShardEncoder = Callable[[list[str]], Payload]
 
 
-def docids_digest(docids: list[str]) -> str:
-    """SHA-256 of the document ids in order."""
-    return hashlib.sha256("\n".join(docids).encode()).hexdigest()
+def docids_digest(docids: Sequence[str]) -> str:
+    """SHA-256 of the document ids in order, joined by line feeds."""
+    return (docids if isinstance(docids, IdIndex) else IdIndex(docids)).joined_digest()
 
 
 class CorpusShards:
     """The encoded shards of a corpus, in files under ``folder``, or encoded on demand (:meth:`on_demand`).
 
     Args:
-        docids: The corpus's document ids, in order.
+        docids: The corpus's document ids, in order: a list, or a corpus's :class:`~retrieval_zoo.id_index.IdIndex`
+            (kept as it is: no list of every id).
         shard_size: Documents per shard (the last one may be shorter).
         folder: Where the shard files live.
     """
 
-    def __init__(self, docids: list[str], shard_size: int, folder: str | Path | None = None) -> None:
+    def __init__(self, docids: Sequence[str], shard_size: int, folder: str | Path | None = None) -> None:
         if shard_size < 1:
             raise ValueError(f"shard_size must be at least 1, not {shard_size}")
         if not docids:
             raise ValueError("cannot shard an empty corpus")
-        self.docids, self.shard_size = list(docids), shard_size
+        self.docids, self.shard_size = docids if isinstance(docids, IdIndex) else list(docids), shard_size
         self.ranges = [(s, min(s + shard_size, len(docids))) for s in range(0, len(docids), shard_size)]
         self.folder = Path(folder) if folder is not None else None
         self._encode: ShardEncoder | None = None
@@ -56,7 +57,7 @@ class CorpusShards:
             self._check_manifest()
 
     @classmethod
-    def on_demand(cls, docids: list[str], encode: ShardEncoder, shard_size: int) -> CorpusShards:
+    def on_demand(cls, docids: Sequence[str], encode: ShardEncoder, shard_size: int) -> CorpusShards:
         """Shards that ``encode`` (document ids → encoding) computes each time they are read; nothing is stored."""
         shards = cls(docids, shard_size)
         shards._encode = encode

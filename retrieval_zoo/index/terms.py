@@ -18,6 +18,7 @@ import torch
 
 from retrieval_zoo.batching import PLAIN_QUERIES, QueryPrep
 from retrieval_zoo.data.collections import Collection
+from retrieval_zoo.data.corpus_store import corpus_ids
 from retrieval_zoo.index.base import Index
 from retrieval_zoo.index.dhr import DhrRetriever
 from retrieval_zoo.index.dlr import SLICINGS, Slicing
@@ -84,7 +85,7 @@ class TermIndex(Index):
         """The method's term encoder, and the corpus's shards (encoded on demand by it when not given)."""
         encoder = method.term_encoder(collection, bm25)
         if shards is None:
-            shards = CorpusShards.on_demand(list(collection.corpus), encoder.encode_docs, ON_DEMAND_SHARD)
+            shards = CorpusShards.on_demand(corpus_ids(collection.corpus), encoder.encode_docs, ON_DEMAND_SHARD)
         return encoder, shards
 
     def fusion_weight(self, encoder: TermEncoder) -> float:
