@@ -13,7 +13,7 @@ CSR indices are int32 while the entries fit (as the exact sparse index stores th
 from __future__ import annotations
 
 import warnings
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 
 import torch
 
@@ -33,10 +33,15 @@ def csr(offsets: torch.Tensor, columns: torch.Tensor, values: torch.Tensor, widt
     Built in inference mode (term weights are never differentiated): a CSR tensor made outside it from views of
     inference tensors (shards encoded under ``torch.inference_mode``) cannot give its arrays back.
     """
-    dtype = torch.int32 if max(values.numel(), width) < 2**31 else torch.int64
+    dtype = index_dtype(values.numel(), width)
     with torch.inference_mode():
         return torch.sparse_csr_tensor(offsets.to(dtype), columns.to(dtype), values, (len(offsets) - 1, width),
                                        check_invariants=False)  # fmt: skip
+
+
+def index_dtype(entries: int, width: int) -> torch.dtype:
+    """int32 for the row offsets and column ids of a CSR matrix while they fit, else int64."""
+    return torch.int32 if max(entries, width) < 2**31 else torch.int64
 
 
 def parts(matrix: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -99,17 +104,22 @@ def take_rows(matrix: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
     return csr(out_offsets, columns[entries], values[entries], matrix.shape[1])
 
 
-def cat_rows(matrices: Sequence[torch.Tensor]) -> torch.Tensor:
+def cat_rows(matrices: list[torch.Tensor]) -> torch.Tensor:
     """The rows of ``matrices`` (one width, one layout: dense or CSR) stacked in order."""
     if not is_csr(matrices[0]):
-        return torch.cat(list(matrices))
-    offsets, columns, values, total = [torch.zeros(1, dtype=torch.int64)], [], [], 0
-    for matrix in matrices:
+        return torch.cat(matrices)
+    width, entries = matrices[0].shape[1], sum(matrix.values().numel() for matrix in matrices)
+    dtype = index_dtype(entries, width)
+    offsets = torch.zeros(sum(matrix.shape[0] for matrix in matrices) + 1, dtype=dtype)
+    columns, values = torch.empty(entries, dtype=dtype), torch.empty(entries, dtype=matrices[0].values().dtype)
+    row = entry = 0
+    for matrix in matrices:  # filled in place: no list of parts concatenated beside the result
         part_offsets, part_columns, part_values = parts(matrix)
-        offsets.append(part_offsets[1:] + total)
-        columns.append(part_columns), values.append(part_values)
-        total += part_values.numel()
-    return csr(torch.cat(offsets), torch.cat(columns), torch.cat(values), matrices[0].shape[1])
+        offsets[row + 1 : row + matrix.shape[0] + 1] = part_offsets[1:] + entry
+        columns[entry : entry + len(part_values)] = part_columns
+        values[entry : entry + len(part_values)] = part_values
+        row, entry = row + matrix.shape[0], entry + len(part_values)
+    return csr(offsets, columns, values, width)
 
 
 def columns_from(matrix: torch.Tensor, first: int) -> torch.Tensor:

@@ -29,17 +29,21 @@ def lexical_matrix(shards: CorpusShards, discard: int, batch_size: int) -> tuple
     vectors (Eq. 23) are not. Shards come dense or CSR (:mod:`retrieval_zoo.term_matrix`); a dense one is turned to
     CSR ``batch_size`` rows at a time.
     """
-    blocks, cls_parts, dense = [], [], None
+    blocks, cls_parts, dense, row = [], [], None, 0
     for _, payload in shards:
         if payload.get("cls") is not None:
             cls_parts.append(payload["cls"])
         lexical = columns_from(payload["lexical"], discard)
         for start in range(0, lexical.shape[0], batch_size):
             block = row_range(lexical, start, start + batch_size)
-            if dense is None:  # decided on the first rows: denser than one half is stored dense
-                dense = not is_csr(block) and 2 * nonzeros(block) > block.numel()
-            blocks.append(dense_rows(block) if dense else to_csr(block))
-    return cat_rows(blocks), torch.cat(cls_parts) if cls_parts else None
+            if row == 0 and not is_csr(block) and 2 * nonzeros(block) > block.numel():  # the first rows decide
+                dense = torch.empty(len(shards.docids), block.shape[1])
+            if dense is not None:
+                dense[row : row + block.shape[0]] = dense_rows(block)
+            else:
+                blocks.append(to_csr(block))
+            row += block.shape[0]
+    return dense if dense is not None else cat_rows(blocks), torch.cat(cls_parts) if cls_parts else None
 
 
 class SparseRetriever(PartSearch):
