@@ -6,7 +6,7 @@ import torch
 
 from retrieval_zoo.lexical import bm25_rows
 from retrieval_zoo.lexical.bm25 import BM25
-from retrieval_zoo.methods.dhr_fusion import TermBags
+from retrieval_zoo.lexical.sparse_rows import SparseRows
 
 
 def test_document_rows_are_the_whole_corpus_bags_over_their_sorted_vocabulary(tiny, tmp_path, monkeypatch) -> None:
@@ -17,13 +17,13 @@ def test_document_rows_are_the_whole_corpus_bags_over_their_sorted_vocabulary(ti
     saturation = bm25.document_term_weights(docids, saturation_only=True)
     assert words == sorted(set().union(*saturation))  # what the whole corpus's bags, held at once, gave before
     picked = torch.tensor([5, 0, 151, 299, 300, len(docids) - 1])  # rows of every part
-    expected = TermBags(saturation, {term: i for i, term in enumerate(words)}).dense(picked)
+    expected = SparseRows(saturation, {term: i for i, term in enumerate(words)}).dense(picked, len(words))
     assert torch.equal(rows.dense(picked, len(words)), expected)
     full, _ = bm25_rows.document_rows(bm25, saturation_only=False)  # IDF × saturation: another entry
     weights = bm25.document_term_weights(docids[:3])
     assert torch.equal(
         full.dense(torch.arange(3), len(words)),
-        TermBags(weights, {t: i for i, t in enumerate(words)}).dense(torch.arange(3)),
+        SparseRows(weights, {t: i for i, t in enumerate(words)}).dense(torch.arange(3), len(words)),
     )
 
 

@@ -6,8 +6,9 @@ import torch
 from retrieval_zoo.evaluation import evaluate
 from retrieval_zoo.index.base import fused_parts
 from retrieval_zoo.index.terms import Gip
+from retrieval_zoo.lexical.sparse_rows import SparseRows
 from retrieval_zoo.methods.dense import DenseBiEncoder
-from retrieval_zoo.methods.dhr_fusion import DhrFusion, TermBags, bag_rows
+from retrieval_zoo.methods.dhr_fusion import DhrFusion, bag_rows
 from retrieval_zoo.term_matrix import dense_rows
 from tests.conftest import tiny_encoder
 
@@ -27,18 +28,18 @@ def loop_bag_matrix(bags: list[dict[str, float]], vocabulary: dict[str, int]) ->
     return matrix
 
 
-def test_term_bags_gather_any_rows_exactly_as_the_loop_did() -> None:
+def test_bags_gather_any_rows_exactly_as_the_loop_did() -> None:
     rng = random.Random(0)
     words = [f"w{i}" for i in range(40)]
     vocabulary = {w: i for i, w in enumerate(words[:30])}  # w30..w39 are unknown: they match nothing
     bags = [{w: rng.uniform(0.1, 3.0) for w in rng.sample(words, rng.randint(0, 8))} for _ in range(25)]
-    store = TermBags(bags, vocabulary)
+    store = SparseRows(bags, vocabulary)
     rows = [7, 0, 24, 7, 3] + [i for i, bag in enumerate(bags) if not bag]  # any order, repeats, empty bags
     expected = loop_bag_matrix([bags[r] for r in rows], vocabulary)
-    assert torch.equal(store.dense(torch.tensor(rows)), expected)
+    assert torch.equal(store.dense(torch.tensor(rows), 30), expected)
     assert torch.equal(dense_rows(bag_rows(bags, vocabulary)), loop_bag_matrix(bags, vocabulary))
-    assert torch.equal(dense_rows(store.csr(torch.tensor(rows))), expected)
-    assert store.dense(torch.tensor([], dtype=torch.long)).shape == (0, 30)
+    assert torch.equal(dense_rows(store.csr(torch.tensor(rows), 30)), expected)
+    assert store.dense(torch.tensor([], dtype=torch.long), 30).shape == (0, 30)
 
 
 def test_bm25_dlr_only_loses_what_collisions_hide(tiny, tiny_bm25) -> None:

@@ -31,30 +31,9 @@ from retrieval_zoo.tokens import TokenizedBatch, Tokens
 LEXICAL = ("bm25", "splade")
 
 
-class TermBags(SparseRows):
-    """Bags of words over a fixed vocabulary as CSR rows, gathered into matrices with tensor ops (no Python loop).
-
-    Args:
-        bags: (n,) term → weight.
-        vocabulary: term → column; terms outside it match nothing.
-    """
-
-    def __init__(self, bags: list[dict[str, float]], vocabulary: dict[str, int]) -> None:
-        super().__init__(bags, vocabulary)
-        self.width = len(vocabulary)
-
-    def dense(self, rows: torch.Tensor) -> torch.Tensor:  # type: ignore[override]
-        """(m,) row numbers → (m, |vocabulary|) float32 matrix of those bags."""
-        return super().dense(rows, self.width)
-
-    def csr(self, rows: torch.Tensor) -> torch.Tensor:  # type: ignore[override]
-        """(m,) row numbers → (m, |vocabulary|) sparse CSR matrix of those bags."""
-        return super().csr(rows, self.width)
-
-
 def bag_rows(bags: list[dict[str, float]], vocabulary: dict[str, int]) -> torch.Tensor:
     """(n,) term → weight bags as an (n, |vocabulary|) CSR matrix; terms outside the vocabulary match nothing."""
-    return TermBags(bags, vocabulary).csr(torch.arange(len(bags)))
+    return SparseRows(bags, vocabulary).csr(torch.arange(len(bags)), len(vocabulary))
 
 
 class DhrFusion(RetrievalMethod):
