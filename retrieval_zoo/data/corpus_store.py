@@ -47,18 +47,17 @@ class CorpusStore(MappingABC):
 
     Args:
         folder: The built folder.
-        source: The corpus file it was built from, named in errors.
     """
 
-    def __init__(self, folder: str | Path, source: str | Path) -> None:
-        self.folder, self.source = Path(folder), Path(source)
+    def __init__(self, folder: str | Path) -> None:
+        self.folder = Path(folder)
         self.offsets = np.load(self.folder / "offsets.npy", mmap_mode="r")
         self.texts_bytes = np.memmap(self.folder / "texts.bin", dtype=np.uint8, mode="r") if self.offsets[-1] else b""
         ids, order, in_order = (np.load(self.folder / name, mmap_mode="r") for name in FILES[2:])
         self.index = IdIndex.presorted(ids, order, in_order)
 
     def __reduce__(self) -> tuple:  # pickled as its folder, never as the mapped arrays
-        return CorpusStore, (self.folder, self.source)
+        return CorpusStore, (self.folder,)
 
     def __len__(self) -> int:
         return len(self.index)
@@ -77,8 +76,7 @@ class CorpusStore(MappingABC):
         return isinstance(docid, str) and int(self.index.rows([docid])[0]) >= 0
 
     def __iter__(self) -> Iterator[str]:
-        for start in range(0, len(self), CHUNK):
-            yield from self.index.ids[start : start + CHUNK].tolist()
+        return iter(self.index)
 
     def items(self) -> ItemsView:
         """(id, text) pairs in corpus order, streamed."""
@@ -118,7 +116,7 @@ def corpus_store(path: str | Path, kind: str, cache_dir: str | Path | None = Non
         if not sealed(folder, FILES, "corpus"):
             with atomic_path(folder) as tmp:
                 build(path, kind, tmp)
-    return CorpusStore(folder, path)
+    return CorpusStore(folder)
 
 
 def build(path: Path, kind: str, folder: Path) -> None:
