@@ -17,6 +17,15 @@ import numpy as np
 DIGEST_CHUNK = 1 << 20  # ids made Python strings at a time (iteration, IdIndex.joined_digest)
 
 
+def joined_sha256(ids: Sequence[str]) -> str:
+    """SHA-256 (hex) of ``ids`` joined by line feeds, computed :data:`DIGEST_CHUNK` ids at a time."""
+    digest = hashlib.sha256()
+    for start in range(0, len(ids), DIGEST_CHUNK):
+        chunk = "\n".join(ids[start : start + DIGEST_CHUNK])
+        digest.update((("\n" if start else "") + chunk).encode())
+    return digest.hexdigest()
+
+
 def find_sorted(values: np.ndarray, wanted: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Where each of ``wanted`` stands in the sorted array ``values``: (n,) positions and (n,) whether it is there.
 
@@ -70,12 +79,8 @@ class IdIndex:
         return hashlib.sha256(self.ids.tobytes()).hexdigest()[:16]
 
     def joined_digest(self) -> str:
-        """SHA-256 (hex) of the ids joined by line feeds, in row order, computed a chunk at a time."""
-        digest = hashlib.sha256()
-        for start in range(0, len(self.ids), DIGEST_CHUNK):
-            chunk = "\n".join(self.ids[start : start + DIGEST_CHUNK].tolist())
-            digest.update((("\n" if start else "") + chunk).encode())
-        return digest.hexdigest()
+        """:func:`joined_sha256` of the ids in row order."""
+        return joined_sha256(self)
 
     @cached_property
     def id_rank(self) -> np.ndarray:

@@ -54,9 +54,14 @@ def to_csr(matrix: torch.Tensor) -> torch.Tensor:
     if is_csr(matrix):
         return matrix
     rows, columns = torch.nonzero(matrix, as_tuple=True)
-    offsets = torch.zeros(matrix.shape[0] + 1, dtype=torch.int64)
-    offsets[1:] = torch.cumsum(torch.bincount(rows, minlength=matrix.shape[0]), 0)
-    return csr(offsets, columns, matrix[rows, columns], matrix.shape[1])
+    return csr(offsets_of(rows, matrix.shape[0]), columns, matrix[rows, columns], matrix.shape[1])
+
+
+def offsets_of(rows: torch.Tensor, count: int) -> torch.Tensor:
+    """(count + 1,) int64 row offsets of entries whose (nnz,) rows are ``rows``, in row order."""
+    offsets = torch.zeros(count + 1, dtype=torch.int64)
+    offsets[1:] = torch.cumsum(torch.bincount(rows, minlength=count), 0)
+    return offsets
 
 
 def entry_rows(offsets: torch.Tensor) -> torch.Tensor:
@@ -128,8 +133,7 @@ def columns_from(matrix: torch.Tensor, first: int) -> torch.Tensor:
         return matrix[:, first:] if first else matrix
     offsets, columns, values = parts(matrix)
     keep = columns >= first
-    kept = torch.zeros(matrix.shape[0] + 1, dtype=torch.int64)
-    kept[1:] = torch.cumsum(torch.bincount(entry_rows(offsets)[keep], minlength=matrix.shape[0]), 0)
+    kept = offsets_of(entry_rows(offsets)[keep], matrix.shape[0])
     return csr(kept, columns[keep] - first, values[keep], matrix.shape[1] - first)
 
 

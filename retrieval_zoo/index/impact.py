@@ -25,7 +25,7 @@ from retrieval_zoo.batching import QueryPrep, encode_payload
 from retrieval_zoo.data.formats import Run
 from retrieval_zoo.index.dhr import PartEncoder, PartSearch
 from retrieval_zoo.index.shards import CorpusShards
-from retrieval_zoo.term_matrix import column_max, columns_from, entry_rows, parts, to_csr
+from retrieval_zoo.term_matrix import column_max, columns_from, entry_rows, offsets_of, parts, to_csr
 
 Hits = tuple[np.ndarray, np.ndarray]  # one query's rows and scores, best first
 
@@ -62,8 +62,7 @@ def document_impacts(shards: CorpusShards, discard: int, scale: float) -> Iterat
         offsets, columns, values = parts(weights)
         impacts = quantize(values, scale)
         kept = impacts != 0  # weights that round to nothing
-        offsets = torch.cat([torch.zeros(1, dtype=torch.int64), torch.cumsum(
-            torch.bincount(entry_rows(offsets)[kept], minlength=weights.shape[0]), 0)])  # fmt: skip
+        offsets = offsets_of(entry_rows(offsets)[kept], weights.shape[0])
         offsets, terms, values = offsets.tolist(), (columns[kept] + discard).tolist(), impacts[kept].tolist()
         vectors = [dict(zip(map(str, terms[start:stop]), values[start:stop], strict=True))
                    for start, stop in zip(offsets[:-1], offsets[1:], strict=True)]  # fmt: skip

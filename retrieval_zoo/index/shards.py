@@ -22,7 +22,7 @@ import torch
 
 from retrieval_zoo.cache import atomic_path, write_json
 from retrieval_zoo.data.formats import Run
-from retrieval_zoo.id_index import IdIndex
+from retrieval_zoo.id_index import IdIndex, joined_sha256
 from retrieval_zoo.term_matrix import csr, dense_rows, is_csr, parts, to_csr
 
 Payload = dict[str, torch.Tensor]
@@ -31,7 +31,7 @@ ShardEncoder = Callable[[list[str]], Payload]
 
 def docids_digest(docids: Sequence[str]) -> str:
     """SHA-256 of the document ids in order, joined by line feeds."""
-    return (docids if isinstance(docids, IdIndex) else IdIndex(docids)).joined_digest()
+    return joined_sha256(docids)
 
 
 class CorpusShards:

@@ -93,7 +93,7 @@ def join(paths: list[Path], folder: Path) -> None:
         local_to_global = np.asarray([column_of[t] for t in from_bytes(part["terms"])], dtype=np.int64)
         part_offsets, part_columns = part["offsets"], local_to_global[part["columns"]]
         rows = np.repeat(np.arange(len(part_offsets) - 1), np.diff(part_offsets))
-        order = np.lexsort((part_columns, rows))  # a part's terms are sorted: this keeps the order, to be sure
+        order = np.lexsort((part_columns, rows))  # each row's entries in column order (bags keep Lucene's order)
         offsets.append(part_offsets[1:] + total)
         columns.append(part_columns[order]), weights.append(part["weights"][order])
         total += len(part_columns)

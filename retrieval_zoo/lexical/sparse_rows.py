@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from retrieval_zoo.term_matrix import csr
+from retrieval_zoo.term_matrix import csr, offsets_of
 
 
 @dataclass
@@ -97,9 +97,7 @@ class SparseRows:
         """
         batch = self.gather(rows)
         order = torch.argsort(batch.rows * width + batch.columns)
-        offsets = torch.zeros(batch.count + 1, dtype=torch.int64)
-        offsets[1:] = torch.cumsum(torch.bincount(batch.rows, minlength=batch.count), 0)
-        return csr(offsets, batch.columns[order], batch.weights[order], width)
+        return csr(offsets_of(batch.rows, batch.count), batch.columns[order], batch.weights[order], width)
 
     def dense(self, rows: torch.Tensor, width: int) -> torch.Tensor:
         """(m,) row numbers → (m, width) float32 matrix of those bags (the columns being vocabulary ids)."""
