@@ -23,7 +23,6 @@ from retrieval_zoo.pipeline import (
     run_config,
 )
 from retrieval_zoo.resume import AtomicCheckpointIO, find_checkpoint
-from retrieval_zoo.validation import RetrievalValidation
 
 
 @hydra.main(config_path="conf", config_name="train", version_base="1.3")
@@ -56,7 +55,8 @@ def main(cfg: DictConfig) -> dict[str, dict[str, float]] | float:
             checkpoint = instantiate(cfg.checkpoint, dirpath=str(out_dir / "checkpoints"))
             steps = instantiate(cfg.checkpoint_steps, dirpath=str(out_dir / "checkpoints"))
             extra = [instantiate(callback) for callback in cfg.callbacks.values()]
-            callbacks = [RetrievalValidation(index, bm25), checkpoint, steps, *extra]
+            validation = instantiate(cfg.validation, index=index, bm25=bm25)
+            callbacks = [validation, checkpoint, steps, *extra]
             trainer = make_trainer(logger=logger, callbacks=callbacks, plugins=[AtomicCheckpointIO()])
             resume = find_checkpoint(cfg.resume_from, out_dir, config)
             if resume:

@@ -13,6 +13,7 @@ from omegaconf import DictConfig, OmegaConf
 from retrieval_zoo.backbones import Backbone
 from retrieval_zoo.data.collections import Collection
 from retrieval_zoo.methods.base import RetrievalMethod
+from retrieval_zoo.validation import RetrievalValidation
 from tests.conftest import beir_layout
 from tests.test_teachers import tiny_run
 
@@ -121,6 +122,7 @@ def test_debug_and_experiment_files_compose_and_instantiate(group: str, name: st
     assert isinstance(instantiate(cfg.method), RetrievalMethod)
     instantiate(cfg.trainer, _partial_=True)(default_root_dir=str(tmp_path), logger=False)
     assert OmegaConf.select(cfg, "data._target_").endswith("TriplesDataModule")
+    assert isinstance(instantiate(cfg.validation, index=instantiate(cfg.index), bm25=None), RetrievalValidation)
 
 
 def test_evaluate_config_composes() -> None:
@@ -223,7 +225,9 @@ def targeted_node(path: str) -> DictConfig:
     return config
 
 
-@pytest.mark.parametrize("path", DEFAULTS_HOMES + METHOD_FILES + ["train.yaml:data", "shared.yaml:bm25"])
+@pytest.mark.parametrize(
+    "path", DEFAULTS_HOMES + METHOD_FILES + ["train.yaml:data", "train.yaml:validation", "shared.yaml:bm25"]
+)
 def test_a_file_that_restates_python_defaults_agrees_with_them(path: str) -> None:
     """One source per default: a key of these files that is also a keyword default of its target equals it.
 

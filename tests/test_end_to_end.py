@@ -1,5 +1,6 @@
 """train.py then evaluate.py, as a user runs them, on the tiny slice and a tiny random backbone."""
 
+import csv
 import json
 import os
 import subprocess
@@ -8,6 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from retrieval_zoo.data.formats import read_qrels, read_run
+from retrieval_zoo.evaluation import evaluate, judged
 from tests.conftest import beir_layout
 
 REPO = Path(__file__).resolve().parents[1]
@@ -123,6 +126,17 @@ def test_ddp_on_two_cpu_processes(tiny_dir: Path, tmp_path: Path) -> None:
     assert max(map(int, steps)) == 2 * 120 // 8 - 1  # 2 epochs of global batches of 8 over 120 queries
     # The corpus was encoded by Lightning predict on both ranks: 400 documents in 4 shards, 2 written by each.
     assert shard_writers(cache) == [[0, 1, 0, 1]]
+    # Validation split its queries (5 a rank) and its encoding over the ranks, and removed its shards; the logged
+    # metrics gather both ranks' queries: the best epoch's equal trec_eval's on the evaluation run of its checkpoint.
+    assert not list((out / "validation-shards").iterdir())
+    logged = best_validation(out / "csv" / "metrics.csv")
+    dev = judged(read_qrels(tiny_dir / "qrels.dev.tsv"))
+    val_qrels = {q: dev[q] for q in sorted(dev)[:10]}  # data.val_queries=10
+    run = read_run(out / "run.dev.trec")
+    measures = {"MRR@10": "recip_rank@10", "R@100": "recall_100"}
+    assert logged == pytest.approx(evaluate(run, val_qrels, measures), abs=1e-6)
+    one_rank = evaluate(run, {q: val_qrels[q] for q in sorted(val_qrels)[::2]}, measures)  # what rank 0 alone saw
+    assert logged != pytest.approx(one_rank, abs=1e-6)
     # evaluate.py encodes on 2 processes too, in shards of 50 (a new cache entry): 8 faiss shards whose merged top k
     # is the ranking of the training run's 4, so the metrics are the same.
     run_app("evaluate.py", f"run_dir={out}", *ddp, "encode.shard_size=50", f"encode.cache_dir={cache}",
@@ -132,6 +146,13 @@ def test_ddp_on_two_cpu_processes(tiny_dir: Path, tmp_path: Path) -> None:
     assert evaluated.keys() == trained.keys()
     for system, measures in trained.items():
         assert evaluated[system] == pytest.approx(measures, abs=1e-6), system
+
+
+def best_validation(metrics_csv: Path) -> dict[str, float]:
+    """val/MRR@10 and val/R@100 of the first epoch with the highest val/MRR@10 (the checkpoint kept)."""
+    rows = [row for row in csv.DictReader(metrics_csv.open()) if row.get("val/MRR@10")]
+    best = max(rows, key=lambda row: float(row["val/MRR@10"]))  # the first of equals, as ModelCheckpoint keeps it
+    return {"MRR@10": float(best["val/MRR@10"]), "R@100": float(best["val/R@100"])}
 
 
 def shard_writers(cache: Path) -> list[list[int]]:

@@ -6,7 +6,9 @@ gives; the same index built from the corpus cut into 11 shards (37 documents eac
 An incompatible pair fails with a message naming both and the compatible indexes.
 
 Each pair encodes the corpus twice, once whole and once in eleven shards: brute force scores the whole encoding the
-index was built from (the masked-LM methods' |V|-wide encodings are most of the matrix's time).
+index was built from (the masked-LM methods' |V|-wide encodings are most of the matrix's time). A trained method's
+pair also indexes the validation pool (BM25's top 50 of the queries and their judged documents) and must return
+brute force's top k among the pool's documents, each with the score the whole corpus gives it.
 """
 
 from pathlib import Path
@@ -19,6 +21,7 @@ from hydra.utils import get_class, instantiate
 from omegaconf import OmegaConf
 
 from benchmarks.common import small_bags
+from retrieval_zoo.data.candidate_pool import candidate_pool
 from retrieval_zoo.index.base import compatible, fused_parts
 from retrieval_zoo.index.bmp import BmpRetriever
 from retrieval_zoo.index.dhr import DhrRetriever
@@ -135,9 +138,15 @@ def top(scores: dict[str, dict[str, float]], k: int) -> dict[str, dict[str, floa
     return {q: dict(sorted(docs.items(), key=lambda x: -x[1])[:k]) for q, docs in found.items()}
 
 
+@pytest.fixture(scope="module")
+def pool(tiny, tiny_bm25):
+    """The validation pool of the matrix's queries: BM25's top 50 (the fusing indexes' depth here) and the judged."""
+    return candidate_pool(tiny, tiny_bm25, "dev", list(tiny.judged_queries("dev"))[:8], depth=50)
+
+
 @pytest.mark.parametrize("index_name", INDEXES)
 @pytest.mark.parametrize("method_name", METHODS)
-def test_method_index(method_name: str, index_name: str, tiny, tiny_bm25) -> None:
+def test_method_index(method_name: str, index_name: str, tiny, tiny_bm25, pool) -> None:
     cfg = composed(method_name, index_name)
     if not pair_is_compatible(cfg):
         with pytest.raises(ValueError, match=f"index={index_name} cannot search method={method_name}.*indexes for"):
@@ -183,3 +192,19 @@ def test_method_index(method_name: str, index_name: str, tiny, tiny_bm25) -> Non
             assert_engine_run(resharded, top(expected, K), expected)
         else:
             assert_same_run(resharded, run, 2e-2)
+    if not model.trainable:  # validation, the pool's use, is for what training changes
+        return
+    with torch.inference_mode():
+        pooled = index.build(model, pool, tiny_bm25).search(queries, K)
+    in_pool = {qid: {d: s for d, s in docs.items() if d in pool.corpus} for qid, docs in expected.items()}
+    assert all(set(docs) <= set(pool.corpus) for docs in pooled.values())
+    if parts and hasattr(retriever, "bm25"):  # each document the union scores: BM25's exact score + brute force's
+        scored = [(qid, docid) for qid, docs in pooled.items() for docid in docs]
+        bm25_scores = dict(zip(scored, tiny_bm25.pair_scores(queries, scored), strict=True)) if scored else {}
+        for (qid, docid), bm25_score in bm25_scores.items():
+            fused = weights[0] * float(bm25_score) + weights[1] * expected[qid][docid]
+            assert pooled[qid][docid] == pytest.approx(fused, abs=1e-3), (qid, docid)
+    elif isinstance(retriever, BmpRetriever):
+        assert_engine_run(pooled, top(in_pool, K), expected)
+    else:
+        assert_same_run(pooled, top(in_pool, K), 2e-2 if isinstance(retriever, DhrRetriever) else 1e-3)

@@ -148,6 +148,33 @@ def build(path: Path, kind: str, folder: Path) -> None:
     seal(folder, FILES, documents=len(all_ids), source=str(path))
 
 
+class CorpusSubset(MappingABC):
+    """Some documents of a corpus, in its order: a read-only view (a validation pool), no texts copied.
+
+    Args:
+        corpus: The whole corpus.
+        rows: Corpus rows of the documents kept (sorted and unique here).
+    """
+
+    def __init__(self, corpus: MappingABC, rows: np.ndarray) -> None:
+        self.corpus, self.rows = corpus, np.unique(np.asarray(rows, dtype=np.int64))
+        self.index = IdIndex(corpus_ids(corpus).ids[self.rows])
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    def __getitem__(self, docid: str) -> str:
+        if docid not in self:
+            raise KeyError(docid)
+        return self.corpus[docid]
+
+    def __contains__(self, docid: object) -> bool:
+        return isinstance(docid, str) and int(self.index.rows([docid])[0]) >= 0
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.index)
+
+
 def corpus_ids(corpus: MappingABC) -> IdIndex:
-    """The document ids of ``corpus`` ↔ their rows: a store's own index, or one built over an in-memory mapping."""
-    return corpus.index if isinstance(corpus, CorpusStore) else IdIndex(corpus)
+    """The document ids of ``corpus`` ↔ their rows: a store's or a subset's own index, or one built over a mapping."""
+    return corpus.index if isinstance(corpus, CorpusStore | CorpusSubset) else IdIndex(corpus)

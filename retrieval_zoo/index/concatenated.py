@@ -7,7 +7,7 @@ the other part alone. No candidate union, no missing scores.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, ClassVar
 
 import numpy as np
@@ -18,7 +18,7 @@ from retrieval_zoo.data.collections import Collection
 from retrieval_zoo.data.formats import Run
 from retrieval_zoo.index.base import Index
 from retrieval_zoo.index.dense import Faiss, FaissIndex, vectors_payload
-from retrieval_zoo.index.shards import CorpusShards, Payload
+from retrieval_zoo.index.shards import CorpusShards, Payload, docids_digest
 from retrieval_zoo.lexical.bm25 import BM25
 
 QueryEncoder = Callable[[dict[str, str]], tuple[np.ndarray, np.ndarray]]
@@ -72,12 +72,14 @@ class ConcatenatedRetriever:
         return self.index.search(vectors, list(queries), k)
 
 
-def doc_lexical_matrix(projection: Any, bm25: BM25, docids: list[str]) -> np.ndarray:
+def doc_lexical_matrix(projection: Any, bm25: BM25, docids: Sequence[str]) -> np.ndarray:
     """A·(Lucene's TF saturation) of every document, cached by corpus, BM25 parameters and projection.
 
-    RoC's d_lex (Eq. 3) is this matrix times the method's ``saturation_scale`` ((k1 + 1) at the paper's scale).
+    RoC's d_lex (Eq. 3) is this matrix times the method's ``saturation_scale`` ((k1 + 1) at the paper's scale). The
+    key holds the documents' ids: a validation pool indexes a subset of BM25's corpus.
     """
-    key = fingerprint(bm25.collection.corpus_fingerprint, bm25.k1, bm25.b, projection.dim, projection.seed)
+    key = fingerprint(bm25.collection.corpus_fingerprint, docids_digest(docids), bm25.k1, bm25.b, projection.dim,
+                      projection.seed)  # fmt: skip
     path = bm25.cache / "roc" / f"doc-lex-{key}.npy"
     with entry_lock(path):
         if path.exists():

@@ -87,7 +87,7 @@ class DhrFusion(RetrievalMethod):
         splade_texts = self.corpus_texts(collection) if self.encoder is not None else None
         dense_texts = self.dense.corpus_texts(collection) if self.dense is not None else None
         if self.lexical == "bm25":
-            docids = corpus_ids(corpus)
+            docids = corpus_ids(bm25.collection.corpus)  # the rows of doc_rows (the collection's may be a subset)
             doc_rows, words = document_rows(bm25, saturation_only=True)
             vocabulary = {term: i for i, term in enumerate(words)}
 

@@ -211,6 +211,7 @@ class TriplesDataModule(L.LightningDataModule):
         self.term_rows = self.tables.pop("term_rows", None)
         val_queries = self.collection.judged_queries(self.val_split)
         self.val_qids = sorted(val_queries)[: self.val_queries] if self.val_queries else sorted(val_queries)
+        self.val_numbers = {qid: number for number, qid in enumerate(self.val_qids)}  # the metrics' query index
 
     def _read_rows(self, path: str, qids: list[str], docs: IdIndex, depth: int | None) -> RankedRows:
         """A run file's rankings of ``qids``, whose query and document ids must all belong to the collection."""
@@ -268,8 +269,15 @@ class TriplesDataModule(L.LightningDataModule):
         return batch
 
     def val_dataloader(self) -> DataLoader:
-        """Batches of validation query ids; the method retrieves for them over the whole corpus."""
-        return DataLoader(self.val_qids, batch_size=256, collate_fn=list)
+        """Batches of this rank's validation query ids (every ``world``-th: none twice, as a padding sampler would).
+
+        The validation callback retrieves for them; its metrics gather every rank's queries.
+        """
+        rank, world = self._world()
+        if len(self.val_qids) < world:
+            raise ValueError(f"{len(self.val_qids)} validation queries cannot be dealt to {world} ranks: every rank "
+                             "needs one (raise data.val_queries)")  # fmt: skip
+        return DataLoader(self.val_qids[rank::world], batch_size=256, collate_fn=list)
 
     def collate(self, items: list[tuple[str, list[str]]]) -> TrainBatch:
         """Turn (qid, group) items into a :class:`TrainBatch`, filling only the needed fields."""
