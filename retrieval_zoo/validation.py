@@ -59,6 +59,11 @@ class RetrievalValidation(L.Callback):
             raise ValueError(f"validation.corpus must be one of {CORPORA}, not {corpus!r}")
         if shard_size < 1:
             raise ValueError(f"validation.shard_size must be at least 1, not {shard_size}")
+        bm25_depth = getattr(index, "depth", 0)  # a union's: BM25's top depth, which must stay inside the pool
+        if corpus == "pool" and bm25_depth > pool_depth:
+            raise ValueError(f"validation.pool_depth={pool_depth} is below the index's BM25 depth {bm25_depth} "
+                             "(index.depth): the fused BM25 run would reach outside the pool; raise "
+                             "validation.pool_depth")  # fmt: skip
         self.index, self.bm25, self.corpus, self.pool_depth = index, bm25, corpus, pool_depth
         self.shard_size, self.shards_dir = shard_size, shards_dir
         self._retriever: Retriever | None = None
@@ -86,10 +91,6 @@ class RetrievalValidation(L.Callback):
         if trainer.world_size > 1 and self.index.encodes_corpus(pl_module):
             shards = self._encode_shares(trainer, pl_module, collection)
         self._retriever = self.index.build(pl_module, collection, self.bm25, shards)
-        depth = getattr(self._retriever, "depth", 0)
-        if self.corpus == "pool" and depth > self.pool_depth:
-            raise ValueError(f"validation.pool_depth={self.pool_depth} is below the index's BM25 depth {depth}: "
-                             "the fused BM25 run would reach outside the pool; raise validation.pool_depth")  # fmt: skip
         self._metrics = RankingMetrics(pl_module.val_k, pl_module.device)
 
     def _encode_shares(self, trainer: L.Trainer, pl_module: L.LightningModule, collection: Collection) -> CorpusShards:

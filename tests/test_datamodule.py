@@ -155,6 +155,21 @@ def test_global_batch_must_divide_by_world_size(tiny, tiny_bm25, monkeypatch) ->
         dm.train_dataloader()
 
 
+def test_validation_queries_are_dealt_to_ranks_once_each(tiny, tiny_bm25, monkeypatch) -> None:
+    dm = TriplesDataModule(tiny, tiny_bm25, val_queries=7)
+    dm.setup("fit")
+    shares = []
+    for rank in range(3):
+        monkeypatch.setattr(dm, "_world", lambda rank=rank: (rank, 3))
+        shares.append([qid for batch in dm.val_dataloader() for qid in batch])
+    assert [len(share) for share in shares] == [3, 2, 2]  # no padding: no query counted twice
+    assert sorted(q for share in shares for q in share) == dm.val_qids and len(set(dm.val_qids)) == 7
+    assert dm.val_numbers == {qid: i for i, qid in enumerate(dm.val_qids)}
+    monkeypatch.setattr(dm, "_world", lambda: (0, 8))
+    with pytest.raises(ValueError, match="7 validation queries cannot be dealt to 8 ranks"):
+        dm.val_dataloader()
+
+
 def test_lightning_advances_the_sampler_epoch(tiny, tiny_bm25, tmp_path) -> None:
     import lightning as L
 

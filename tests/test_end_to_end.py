@@ -148,6 +148,25 @@ def test_ddp_on_two_cpu_processes(tiny_dir: Path, tmp_path: Path) -> None:
         assert evaluated[system] == pytest.approx(measures, abs=1e-6), system
 
 
+@pytest.mark.slow
+def test_validation_over_a_candidate_pool(tiny_dir: Path, tmp_path: Path) -> None:
+    base = [
+        "train.py", *tiny_dataset(tiny_dir), "backbone=tiny_random", "trainer=cpu", "trainer.max_epochs=1",
+        "data.batch_size=8", "data.val_queries=10", "eval.k=100", "logger=csv",
+    ]  # fmt: skip
+    run_app(*base, f"hydra.run.dir={tmp_path / 'full'}")
+    stdout = run_app(*base, "validation.corpus=pool", "validation.pool_depth=20", f"hydra.run.dir={tmp_path / 'pool'}")
+    pooled = int(stdout.split("[validation] pool of ")[1].split()[0])
+    assert 20 <= pooled < 400  # BM25's top 20 of 10 queries and their judged documents, of the 400
+    # The same seeded weights: each pooled document scores as in the whole corpus, with fewer documents above it.
+    full, pool = (best_validation(tmp_path / run / "csv" / "metrics.csv") for run in ("full", "pool"))
+    assert all(pool[name] >= full[name] for name in full) and pool != full
+    # A fusing index's BM25 run must stay inside the pool: refused when the callback is built, before training.
+    failed = run_app(*base, "method=clear", "validation.corpus=pool", "validation.pool_depth=20",
+                     f"hydra.run.dir={tmp_path / 'clear'}", ok=False)  # fmt: skip
+    assert "validation.pool_depth=20 is below the index's BM25 depth" in failed
+
+
 def best_validation(metrics_csv: Path) -> dict[str, float]:
     """val/MRR@10 and val/R@100 of the first epoch with the highest val/MRR@10 (the checkpoint kept)."""
     rows = [row for row in csv.DictReader(metrics_csv.open()) if row.get("val/MRR@10")]
