@@ -21,9 +21,9 @@ import time
 import torch
 
 from benchmarks.common import composed
-from retrieval_zoo.data.candidate_pool import candidate_pool
 from retrieval_zoo.data.collections import Collection, embedded
 from retrieval_zoo.lexical.bm25 import BM25
+from retrieval_zoo.training.validation_pool import candidate_pool
 from retrieval_zoo.validation_metrics import RankingMetrics
 
 MSMARCO_PASSAGES = 8_841_823

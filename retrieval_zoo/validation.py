@@ -1,7 +1,7 @@
 """Validation by first-stage retrieval through the run's index, so checkpoints are selected on retrieval quality.
 
 At the start of each validation epoch the corpus (``corpus: full``) or a candidate pool (``corpus: pool``: BM25's
-top ``pool_depth`` of the validation queries and their judged documents, :mod:`retrieval_zoo.data.candidate_pool`)
+top ``pool_depth`` of the validation queries and their judged documents, :mod:`retrieval_zoo.training.validation_pool`)
 is indexed with the current weights by the same index the run evaluates with. Each rank searches its share of the
 validation queries (the DataModule deals them out, every ``world``-th) to depth ``val_k``, and MRR@10 and R@val_k
 over all of them are logged as ``val/MRR@10`` and ``val/R@<val_k>``: torchmetrics' retrieval metrics, gathered
@@ -22,12 +22,12 @@ import lightning as L
 import torch
 from tqdm import tqdm
 
-from retrieval_zoo.data.candidate_pool import candidate_pool
 from retrieval_zoo.data.collections import Collection
 from retrieval_zoo.data.corpus_store import corpus_ids
 from retrieval_zoo.index.base import Index, Retriever
 from retrieval_zoo.index.shards import CorpusShards
 from retrieval_zoo.lexical.bm25 import BM25
+from retrieval_zoo.training.validation_pool import candidate_pool
 from retrieval_zoo.validation_metrics import RankingMetrics
 
 CORPORA = ("full", "pool")

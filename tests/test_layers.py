@@ -29,7 +29,7 @@ LAYERS = [  # lowest first; a module may import from its own layer and the ones 
     ),
     ("run loading", {"trained", "teachers"}),  # a trained run read back, as a model or a distillation teacher
     ("collections", {"data"}),  # collection and run files: reading, writing, checking
-    ("measures", {"evaluation", "complementarity", "compare"}),
+    ("measures", {"evaluation", "validation_metrics", "complementarity", "compare"}),
     ("lexical", {"lexical"}),  # Lucene BM25, term vectors, CSFs
     ("training data", {"training"}),  # the DataModule, negatives, lookups
     ("indexes", {"index"}),

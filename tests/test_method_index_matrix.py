@@ -21,7 +21,6 @@ from hydra.utils import get_class, instantiate
 from omegaconf import OmegaConf
 
 from benchmarks.common import small_bags
-from retrieval_zoo.data.candidate_pool import candidate_pool
 from retrieval_zoo.index.base import compatible, fused_parts
 from retrieval_zoo.index.bmp import BmpRetriever
 from retrieval_zoo.index.dhr import DhrRetriever
@@ -29,6 +28,7 @@ from retrieval_zoo.index.impact import ImpactRetriever, quantize
 from retrieval_zoo.index.shards import CorpusShards
 from retrieval_zoo.pipeline import check_method_and_index
 from retrieval_zoo.term_matrix import dense_rows
+from retrieval_zoo.training.validation_pool import candidate_pool
 
 CONF = Path(__file__).resolve().parents[1] / "conf"
 METHODS = sorted(p.stem for p in (CONF / "method").glob("*.yaml"))

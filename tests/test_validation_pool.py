@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from retrieval_zoo.data.candidate_pool import candidate_pool
 from retrieval_zoo.data.corpus_store import CorpusSubset, corpus_ids
+from retrieval_zoo.training.validation_pool import candidate_pool
 
 
 def test_corpus_subset_is_a_view_in_corpus_order(tiny) -> None:
