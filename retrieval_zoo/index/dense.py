@@ -17,6 +17,7 @@ import torch
 from retrieval_zoo.batching import PLAIN_QUERIES, QueryPrep, encode_all, encode_payload
 from retrieval_zoo.data.collections import Collection
 from retrieval_zoo.data.formats import Run
+from retrieval_zoo.id_index import IdIndex
 from retrieval_zoo.index.base import Index
 from retrieval_zoo.index.shards import CorpusShards, Payload
 from retrieval_zoo.lexical.bm25 import BM25
@@ -39,10 +40,10 @@ class FaissIndex:
     ) -> None:
         self.factory, self.use_gpu, self.nprobe, self.train_size = factory, use_gpu, nprobe, train_size
         self.index: faiss.Index | None = None
-        self.docids: list[str] = []
+        self.docids = np.array([], dtype=str)  # every shard's ids in row order, as numpy strings (not Python objects)
         self._parts: list[faiss.Index] = []  # IndexShards does not own its shards: keep them alive
         self._gpu_resources: list = []
-        self._rows: dict[str, int] | None = None  # docid → row over all shards, for candidate_scores
+        self._rows: IdIndex | None = None  # docid → row over all shards, for candidate_scores (built on first use)
 
     def build(self, vectors: np.ndarray, docids: list[str]) -> FaissIndex:
         """Index ``vectors`` (n, dim) whose rows belong to ``docids``, as one shard."""
@@ -80,7 +81,7 @@ class FaissIndex:
             self.index = faiss.IndexShards(dim, bool(gpus), True)  # threaded on GPUs; successive ids
             for part in self._parts:
                 self.index.add_shard(part)
-        self.docids = [docid for docids, _ in shards for docid in docids]
+        self.docids = np.concatenate([np.asarray(docids, dtype=str) for docids, _ in shards])
         self._rows = None
         return self
 
@@ -103,10 +104,11 @@ class FaissIndex:
     def search(self, vectors: np.ndarray, qids: list[str], k: int) -> Run:
         """Top ``k`` documents by inner product for each query vector."""
         scores, rows = self.search_rows(vectors, k)
-        return {
-            qid: {self.docids[r]: float(s) for s, r in zip(srow, rrow, strict=True) if r >= 0}
-            for qid, srow, rrow in zip(qids, scores, rows, strict=True)
-        }
+        run: Run = {}
+        for qid, srow, rrow in zip(qids, scores, rows, strict=True):
+            found = rrow >= 0
+            run[qid] = dict(zip(self.docids[rrow[found]].tolist(), srow[found].tolist(), strict=True))
+        return run
 
     def candidate_scores(self, vectors: np.ndarray, qids: list[str], candidates: dict[str, list[str]]) -> Run:
         """Inner products of query vectors with given documents, at any rank: a run's scores completed beyond k.
@@ -123,12 +125,12 @@ class FaissIndex:
         if not self._parts:
             raise RuntimeError("candidate_scores before build")
         if self._rows is None:
-            self._rows = {docid: row for row, docid in enumerate(self.docids)}
+            self._rows = IdIndex(self.docids)
         starts = np.cumsum([0] + [part.ntotal for part in self._parts])
         run: Run = {}
         for qid, query in zip(qids, np.asarray(vectors, dtype=np.float32), strict=True):
             docids = candidates.get(qid, [])
-            rows = np.array([self._rows[docid] for docid in docids], dtype=np.int64)
+            rows = self._rows.known_rows(list(docids), "the dense index")
             shard_of = np.searchsorted(starts, rows, side="right") - 1
             scores = np.empty(len(rows), dtype=np.float32)
             for shard in np.unique(shard_of):

@@ -201,7 +201,9 @@ class DhrRetriever(PartSearch):
             query and document values, best first.
         """
         values, indices = self.represent_queries(queries)
-        rows = {docid: (index, row) for index in self.indexes for row, docid in enumerate(index.docids)}
+        wanted = {docid for qid in queries for docid in list(run.get(qid, {}))[:depth]}  # a dict of those alone
+        rows = {docid: (index, row) for index in self.indexes for row, docid in enumerate(index.docids)
+                if docid in wanted}  # fmt: skip
         records = []
         for q, qid in enumerate(queries):
             for docid in list(run.get(qid, {}))[:depth]:
