@@ -35,7 +35,19 @@ import time
 from pathlib import Path
 
 MSMARCO = 8_841_823
-STAGES = ("collection", "bm25", "datamodule", "shards", "sparse", "gip", "bmp", "lucene_impact", "faiss")
+STAGES = (
+    "collection",
+    "bm25",
+    "datamodule",
+    "shards",
+    "sparse",
+    "gip",
+    "bmp",
+    "lucene_impact",
+    "faiss",
+    "csf_shards",
+    "csf",
+)
 MEASURES = ("seconds", "peak_rss", "peak_anon", "disk", "ms_per_query")
 
 
