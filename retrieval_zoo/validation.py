@@ -22,6 +22,7 @@ import lightning as L
 import torch
 from tqdm import tqdm
 
+from retrieval_zoo.cache import fingerprint
 from retrieval_zoo.data.collections import Collection
 from retrieval_zoo.data.corpus_store import corpus_ids
 from retrieval_zoo.index.base import Index, Retriever
@@ -43,7 +44,8 @@ class RetrievalValidation(L.Callback):
         pool_depth: BM25's documents per validation query in the pool; at least the depth of a fusing index's
             BM25 run (``index.depth``), whose documents must all be in the pool.
         shard_size: Documents per shard when ranks share the encoding.
-        shards_dir: Where ranks write their shards (default: ``validation-shards`` in the trainer's root directory).
+        shards_dir: Where ranks write their shards (default: ``validation-shards`` in the trainer's root directory);
+            each run takes a folder of its own there, named by a hash of its directory.
     """
 
     def __init__(
@@ -93,14 +95,21 @@ class RetrievalValidation(L.Callback):
         self._retriever = self.index.build(pl_module, collection, self.bm25, shards)
         self._metrics = RankingMetrics(pl_module.val_k, pl_module.device)
 
+    def shards_root(self, trainer: L.Trainer) -> Path:
+        """This run's folder of validation shards: in its directory, or under ``shards_dir`` by a hash of it."""
+        run_dir = Path(trainer.default_root_dir).resolve()
+        if self.shards_dir is None:
+            return run_dir / "validation-shards"
+        return Path(self.shards_dir) / fingerprint("validation shards", str(run_dir))[:16]
+
     def _encode_shares(self, trainer: L.Trainer, pl_module: L.LightningModule, collection: Collection) -> CorpusShards:
         """Rank r encodes shards r, r + world, ... into the shared folder; every rank waits for all of them."""
         strategy, rank, world = trainer.strategy, trainer.global_rank, trainer.world_size
-        root = Path(self.shards_dir or Path(trainer.default_root_dir) / "validation-shards")
-        folder = Path(strategy.broadcast(str(root / f"step{trainer.global_step}"), src=0))
+        root = Path(strategy.broadcast(str(self.shards_root(trainer)), src=0))
+        folder = root / f"step{trainer.global_step}"
         docids = corpus_ids(collection.corpus)
         if trainer.is_global_zero:
-            shutil.rmtree(folder, ignore_errors=True)  # a killed run's: other weights
+            shutil.rmtree(root, ignore_errors=True)  # what a killed epoch of this run left: other weights
             CorpusShards(docids, self.shard_size, folder)  # writes the manifest once
         strategy.barrier("validation shards folder")
         shards = CorpusShards(docids, self.shard_size, folder)
