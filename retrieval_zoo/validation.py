@@ -108,11 +108,13 @@ class RetrievalValidation(L.Callback):
         root = Path(strategy.broadcast(str(self.shards_root(trainer)), src=0))
         folder = root / f"step{trainer.global_step}"
         docids = corpus_ids(collection.corpus)
+        shards = None
         if trainer.is_global_zero:
             shutil.rmtree(root, ignore_errors=True)  # what a killed epoch of this run left: other weights
-            CorpusShards(docids, self.shard_size, folder)  # writes the manifest once
+            shards = CorpusShards(docids, self.shard_size, folder)  # writes the manifest, once
         strategy.barrier("validation shards folder")
-        shards = CorpusShards(docids, self.shard_size, folder)
+        if shards is None:  # the other ranks check the manifest rank 0 wrote
+            shards = CorpusShards(docids, self.shard_size, folder)
         encode = self.index.doc_encoder(pl_module, collection, self.bm25)
         mine = range(rank, len(shards), world)
         with torch.inference_mode():
