@@ -86,13 +86,8 @@ def stage_shards(collection: Collection, work: Path) -> dict:
 
     model, bm25, shards = term_model(), BM25(collection), corpus_shards(collection, work)
 
-    def encode_all() -> None:
-        encode = Sparse().doc_encoder(model, collection, bm25)  # dlr_bm25 reads every document's BM25 vector here
-        with torch.inference_mode():
-            for shard in shards.missing():
-                shards.write(shard, encode(shards.shard_docids(shard)))
-
-    _, seconds = timed(encode_all)
+    # dlr_bm25's encoder reads every document's BM25 vector when it is made: timed with the encoding
+    _, seconds = timed(lambda: shards.encode_into(Sparse().doc_encoder(model, collection, bm25), shards.missing()))
     return {"seconds": seconds, "disk": folder_bytes(work / "shards")}
 
 
@@ -136,20 +131,18 @@ def csurf_model():
     return composed("method", "csurf").eval()
 
 
-def stage_csf_shards(collection: Collection, work: Path) -> dict:
-    """CSurF's bags of CSFs of every document, encoded into shards on disk (what its inverted lists are built from)."""
+def csurf_setup(collection: Collection, work: Path) -> tuple:
+    """(model, ``index=csf``, BM25, the shards of CSurF's bags under ``work``) for both CSurF stages."""
     from retrieval_zoo.index.shards import CorpusShards
 
-    model, index, bm25 = csurf_model(), composed("index", "csf"), BM25(collection)
     shards = CorpusShards(list(collection.corpus), SHARD_SIZE, work / "csf-shards")
+    return csurf_model(), composed("index", "csf"), BM25(collection), shards
 
-    def encode_all() -> None:
-        encode = index.doc_encoder(model, collection, bm25)
-        with torch.inference_mode():
-            for shard in shards.missing():
-                shards.write(shard, encode(shards.shard_docids(shard)))
 
-    _, seconds = timed(encode_all)
+def stage_csf_shards(collection: Collection, work: Path) -> dict:
+    """CSurF's bags of CSFs of every document, encoded into shards on disk (what its inverted lists are built from)."""
+    model, index, bm25, shards = csurf_setup(collection, work)
+    _, seconds = timed(lambda: shards.encode_into(index.doc_encoder(model, collection, bm25), shards.missing()))
     return {"seconds": seconds, "disk": folder_bytes(work / "csf-shards")}
 
 
@@ -158,10 +151,7 @@ def stage_csf(collection: Collection, work: Path) -> dict:
 
     200 queries, searched once after 8 to warm up: CSurF's queries are slow on CPUs with this untrained model's bags.
     """
-    from retrieval_zoo.index.shards import CorpusShards
-
-    model, index, bm25 = csurf_model(), composed("index", "csf"), BM25(collection)
-    shards = CorpusShards(list(collection.corpus), SHARD_SIZE, work / "csf-shards")
+    model, index, bm25, shards = csurf_setup(collection, work)
     with torch.inference_mode():
         retriever, seconds = timed(lambda: index.build(model, collection, bm25, shards))
         queries = dict(list(collection.judged_queries("dev").items())[:CSF_QUERIES])

@@ -19,7 +19,6 @@ import shutil
 from pathlib import Path
 
 import lightning as L
-import torch
 from tqdm import tqdm
 
 from retrieval_zoo.cache import fingerprint
@@ -117,10 +116,8 @@ class RetrievalValidation(L.Callback):
             shards = CorpusShards(docids, self.shard_size, folder)
         encode = self.index.doc_encoder(pl_module, collection, self.bm25)
         mine = range(rank, len(shards), world)
-        with torch.inference_mode():
-            for shard in tqdm(mine, desc=f"[validation] rank {rank} encodes {len(mine)} of {len(shards)} shards",
-                              disable=not trainer.is_global_zero):  # fmt: skip
-                shards.write(shard, encode(shards.shard_docids(shard)), rank)
+        shards.encode_into(encode, tqdm(mine, desc=f"[validation] rank {rank} encodes {len(mine)} of {len(shards)} "
+                                        "shards", disable=not trainer.is_global_zero), rank)  # fmt: skip
         strategy.barrier("validation shards written")
         self._folder = folder
         return shards

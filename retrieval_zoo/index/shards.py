@@ -140,6 +140,12 @@ class CorpusShards:
         return record["tensors"] | {name: from_rows(**rows, as_csr=name in as_csr)
                                     for name, rows in record.get("sparse", {}).items()}  # fmt: skip
 
+    def encode_into(self, encode: ShardEncoder, shards: Iterable[int], rank: int = 0) -> None:
+        """Encode each of ``shards`` with ``encode`` (document ids → encoding) and write it, ``rank`` recorded."""
+        with torch.inference_mode():
+            for shard in shards:
+                self.write(shard, encode(self.shard_docids(shard)), rank)
+
     def writer_rank(self, shard: int) -> int:
         """The rank of the process that wrote ``shard``'s file."""
         return int(torch.load(self.path(shard), map_location="cpu", weights_only=True)["rank"])
