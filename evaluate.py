@@ -124,7 +124,8 @@ def main(cfg: DictConfig) -> dict[str, dict[str, float]]:
     collection, bm25 = build_collection_and_bm25(cfg)
     make_trainer = partial(instantiate(cfg.trainer, _partial_=True), default_root_dir=str(out_dir))
     shards, rank_zero = encode_for_index(model, index, collection, bm25, make_trainer, cfg.encode)  # every rank
-    if not rank_zero:  # under DDP, rank 0 alone searches and evaluates
+    if not rank_zero:  # under DDP, rank 0 alone evaluates (an index split over the ranks has the others search
+        index.serve(model, collection, bm25, shards)  # their parts with it)
         return {}
     split = cfg.eval.split or collection.eval_split
     summary = evaluate_method(

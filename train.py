@@ -67,7 +67,8 @@ def main(cfg: DictConfig) -> dict[str, dict[str, float]] | float:
                 model.load_state_dict(torch.load(best, map_location="cpu", weights_only=False)["state_dict"])
                 print(f"[train] best checkpoint: {best}")
         shards, rank_zero = encode_for_index(model, index, collection, bm25, make_trainer, cfg.encode)  # every rank
-        if not rank_zero:  # under DDP, rank 0 alone evaluates and writes the results
+        if not rank_zero:  # under DDP, rank 0 alone evaluates and writes the results (an index split over the
+            index.serve(model, collection, bm25, shards)  # ranks has the others search their parts with it)
             return 0.0 if cfg.objective else {}
         eval_cfg = cfg.eval
         summary = evaluate_method(

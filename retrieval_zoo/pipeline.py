@@ -19,6 +19,7 @@ from retrieval_zoo.data.collections import Collection
 from retrieval_zoo.data.formats import as_written, write_run
 from retrieval_zoo.evaluation import evaluate, format_table
 from retrieval_zoo.index.base import Index, check_pair, fused_parts
+from retrieval_zoo.index.process_shards import split_over_processes
 from retrieval_zoo.index.shards import CorpusShards
 from retrieval_zoo.lexical.bm25 import BM25
 from retrieval_zoo.methods.base import RetrievalMethod
@@ -111,20 +112,25 @@ def evaluate_method(
     results, timings, tuning, parts, runs = {}, {}, {}, {}, {}
     for system, run_name in (("BM25", f"run.{split}.bm25.trec"), (name, f"run.{split}.trec")):
         started = time.perf_counter()
-        retriever = bm25 if system == "BM25" else index.build(model, collection, bm25, shards)
-        if system == name and tune_queries:
-            train_qrels = collection.qrels[tuning_split]
-            tuning = index.tune(retriever, held_out, {q: train_qrels[q] for q in held_out})
-        run = runs[system] = as_written(retriever.search(queries, k))  # scored as trec_eval scores the written file
-        timings[system] = time.perf_counter() - started
+        with split_over_processes():  # under DDP, an index that splits over the ranks does (Index.serve on the others)
+            retriever = bm25 if system == "BM25" else index.build(model, collection, bm25, shards)
+        try:
+            if system == name and tune_queries:
+                train_qrels = collection.qrels[tuning_split]
+                tuning = index.tune(retriever, held_out, {q: train_qrels[q] for q in held_out})
+            run = runs[system] = as_written(retriever.search(queries, k))  # scored as trec_eval scores the file
+            timings[system] = time.perf_counter() - started
+            if system == name:
+                for part in fused_parts(retriever) or ():
+                    parts[part] = as_written(retriever.side(part, queries, k))
+        finally:
+            if hasattr(retriever, "release"):  # the ranks serving a split index may go
+                retriever.release()
         write_run(out_dir / run_name, run, tag=system)
         results[system] = evaluate(run, qrels)
-        if system == name:
-            for part in fused_parts(retriever) or ():
-                part_run = as_written(retriever.side(part, queries, k))
-                write_run(out_dir / f"run.{split}.{part}.trec", part_run, tag=f"{name}_{part}")
-                results[f"{name} ({part})"] = evaluate(part_run, qrels)
-                parts[part] = part_run
+        for part, part_run in parts.items() if system == name else ():
+            write_run(out_dir / f"run.{split}.{part}.trec", part_run, tag=f"{name}_{part}")
+            results[f"{name} ({part})"] = evaluate(part_run, qrels)
     table = format_table(results)
     print(f"\n{collection.name} / {split}: {len(queries):,} judged queries, depth {k}\n{table}\n")
     summary = {"system": name, "collection": collection.name, "collection_fingerprint": collection.fingerprint}

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from retrieval_zoo.backbones import TinyRandomBackbone
-from retrieval_zoo.index.csf import CsfRetriever, encode_bags_payload, prune_lowest
+from retrieval_zoo.index.csf import CsfRetriever, encode_bags_payload
 from retrieval_zoo.index.shards import CorpusShards
 from retrieval_zoo.lexical.csf import CsfBags, Postings, csf_bags, max_sum_scores
 from retrieval_zoo.lexical.splade import max_pooled_logits
@@ -43,6 +43,12 @@ def test_csf_score_by_hand_on_a_toy_vocabulary() -> None:
     assert scores.tolist() == [[2.75, 1.0]] and columns.tolist() == [0, 1] and pairs == 4
     sparse, columns, _ = max_sum_scores(query, Postings.build(docs, vocab_size=10, doc_offset=100))
     assert sparse.tolist() == [[2.75, 1.0]] and columns.tolist() == [100, 101]
+    with torch.inference_mode():  # search scores a block of pairs at a time: the same values, any block size
+        for chunk in (1, 2, 3):
+            blocks = max_sum_scores(query, Postings.build(docs, vocab_size=10, doc_offset=100), pair_chunk=chunk)
+            assert blocks[0].tolist() == [[2.75, 1.0]] and blocks[1].tolist() == [100, 101] and blocks[2] == 4
+    with pytest.raises(ValueError, match="inference_mode"):
+        max_sum_scores(query, Postings.build(docs, vocab_size=10), pair_chunk=2)
 
 
 def test_csf_bags_ground_expansions_and_keep_a_shared_csf_once() -> None:
@@ -235,14 +241,6 @@ def bag_shards(model: CSurF, corpus: dict[str, str], size: int) -> CorpusShards:
     """``corpus``'s bags of CSFs in shards of ``size`` documents, each encoded in one batch."""
     encode = lambda ids: encode_bags_payload(model.encode_doc, [corpus[d] for d in ids], size)  # noqa: E731
     return CorpusShards.on_demand(list(corpus), encode, size)
-
-
-def test_pruning_removes_the_lowest_weight_fraction_and_alpha_zero_none() -> None:
-    weight = torch.tensor([0.5, 0.1, 0.9, 0.3])
-    assert prune_lowest(weight, 0.0).all()
-    assert prune_lowest(weight, 0.5).tolist() == [True, False, True, False]
-    with pytest.raises(ValueError, match="prune_fraction"):
-        prune_lowest(weight, 1.0)
 
 
 def test_pruned_index_drops_postings_and_efficiency_counts_them(tiny) -> None:

@@ -149,6 +149,26 @@ def test_ddp_on_two_cpu_processes(tiny_dir: Path, tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
+def test_csurf_lists_split_over_two_processes_give_the_one_process_run(tiny_dir: Path, tmp_path: Path) -> None:
+    # evaluate.py under DDP: each rank holds the inverted lists of its own shards (pruned at α = 0.3 of the whole
+    # corpus, fp16 vectors), rank 0 searches, the other serves, and their top k merge to one process's run. (Original
+    # CSFs only: a random MLM head expands every text to most of the vocabulary.)
+    common = [*tiny_dataset(tiny_dir), "method=csurf", "method.bags=original", "index=csf", "backbone=tiny_random",
+              "eval.k=50", "index.prune_fraction=0.3", "index.vector_dtype=float16", "encode.shard_size=60",
+              f"encode.cache_dir={tmp_path / 'cache'}"]  # fmt: skip
+    run_app("evaluate.py", *common, "trainer=cpu", f"hydra.run.dir={tmp_path / 'one'}")
+    stdout = run_app("evaluate.py", *common, "trainer=cpu", "trainer.devices=2", "trainer.strategy=ddp",
+                     f"hydra.run.dir={tmp_path / 'two'}")  # fmt: skip
+    assert stdout.count("| BM25 |") == 1
+    one, two = ((tmp_path / d / "run.dev.trec").read_text() for d in ("one", "two"))
+    assert one == two and len(one.splitlines()) > 100
+    results = [json.loads((tmp_path / d / "results.json").read_text()) for d in ("one", "two")]
+    assert results[0]["index_bytes"] == results[1]["index_bytes"]  # the sum of both ranks' lists
+    for name in ("csf_per_doc", "e_ops", "pairs_per_query", "postings_pruned_share"):
+        assert results[1]["efficiency"][name] == pytest.approx(results[0]["efficiency"][name]), name
+
+
+@pytest.mark.slow
 def test_validation_over_a_candidate_pool(tiny_dir: Path, tmp_path: Path) -> None:
     base = [
         "train.py", *tiny_dataset(tiny_dir), "backbone=tiny_random", "trainer=cpu", "trainer.max_epochs=1",

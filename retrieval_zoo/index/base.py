@@ -96,6 +96,13 @@ class Index:
         """Index ``collection``'s corpus as ``method`` represents it (from its encoded ``shards`` when given)."""
         raise NotImplementedError
 
+    def serve(self, method: Any, collection: Collection, bm25: BM25, shards: CorpusShards | None) -> None:
+        """On ranks other than 0, after evaluation's encoding: answer rank 0's searches with this rank's part.
+
+        Only for an index split over the processes (:mod:`retrieval_zoo.index.process_shards`); nothing for one that
+        rank 0 holds whole, as every index but CSurF's inverted lists does.
+        """
+
     def tune(self, retriever: Retriever, queries: dict[str, str], qrels: Qrels) -> dict:
         """Grid-search the retriever's fusion weight on held-out queries and set it; {} when there is none."""
         if not self.weight_grid or getattr(retriever, "weight_name", None) is None:

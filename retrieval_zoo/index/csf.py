@@ -1,11 +1,13 @@
 """Inverted lists of contextualized surface forms, searched as CSurF trains (csurf.md §4 Implementation, §5.2).
 
-Each document CSF becomes one posting (document, source position, weight, vector) in the list of its surface form;
-the lists are contiguous arrays sorted by form (:class:`retrieval_zoo.lexical.csf.Postings`). Postings with weight
-below ``prune_threshold`` (1e-8) are dropped at indexing time, and post-hoc pruning drops the lowest-weight
-fraction α of all postings (Figure 2). A query is scored by :func:`retrieval_zoo.lexical.csf.max_sum_scores`: each
-query CSF against its form's list, vectorised; max-reduced into (query token, document); summed; top k. With
-nothing pruned this is the training-time score of every document (a test holds it to brute force).
+Each document CSF becomes one posting (document, weight, vector) in the list of its surface form; the lists are
+contiguous arrays sorted by form (:class:`retrieval_zoo.lexical.csf.Postings`), the vectors stored in float32 or, with
+``vector_dtype``, in 16 bits. Postings with weight below ``prune_threshold`` (1e-8) are dropped at indexing time, and
+post-hoc pruning drops the lowest-weight fraction α of all postings (Figure 2). A query is scored by
+:func:`retrieval_zoo.lexical.csf.max_sum_scores`: each query CSF against its form's list, vectorised, a block of
+pairs at a time; max-reduced into (query token, document); summed; top k. With nothing pruned this is the
+training-time score of every document (a test holds it to brute force). The lists are built per shard of the corpus
+and may be split over processes (:mod:`retrieval_zoo.index.process_shards`): each shard's top k are merged exactly.
 
 The retriever reports §5.2's efficiency numbers: |C^q| and |C^d|, E_OPS = Σ_t n̂_t^q·n̂_t^d (average CSFs of form t
 per query and per document), the all-to-all operation count a ColBERT-style soft match needs on the same texts
@@ -25,21 +27,32 @@ from retrieval_zoo.data.collections import Collection
 from retrieval_zoo.data.formats import Run
 from retrieval_zoo.index.base import Index
 from retrieval_zoo.index.gip import default_device
-from retrieval_zoo.index.shards import CorpusShards, Payload, merge_topk
+from retrieval_zoo.index.process_shards import (
+    ShardedSearch,
+    all_sum,
+    check_share,
+    gather_topk,
+    lowest_share_masks,
+    merge_rows,
+    own_shards,
+    rank_zeros,
+    split_over_processes,
+    split_world,
+)
+from retrieval_zoo.index.shards import CorpusShards, Payload
 from retrieval_zoo.lexical.bm25 import BM25
-from retrieval_zoo.lexical.csf import CsfBags, Postings, max_sum_scores
+from retrieval_zoo.lexical.csf import PAIR_CHUNK, CsfBags, Postings, max_sum_scores
 
 BagEncoder = Callable[[list[str]], CsfBags]
 PAYLOAD_FIELDS = ("text", "surface", "source", "weight", "vector", "original")
+VECTOR_DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
 
 
-def prune_lowest(weight: torch.Tensor, fraction: float) -> torch.Tensor:
-    """Boolean mask keeping all but the ⌊fraction·n⌋ lowest of ``weight`` (n,): post-hoc pruning with α = fraction."""
-    if not 0.0 <= fraction < 1.0:
-        raise ValueError(f"prune_fraction (α) must be in [0, 1), not {fraction}")
-    keep = torch.ones_like(weight, dtype=torch.bool)
-    keep[torch.argsort(weight, stable=True)[: int(fraction * len(weight))]] = False
-    return keep
+def storage_dtype(name: str) -> torch.dtype:
+    """The torch dtype of a ``vector_dtype`` setting; an unknown name is an error that lists the known ones."""
+    if name not in VECTOR_DTYPES:
+        raise ValueError(f"vector_dtype must be one of {sorted(VECTOR_DTYPES)}, not {name!r}")
+    return VECTOR_DTYPES[name]
 
 
 def encode_bags_payload(encode: BagEncoder, texts: Texts, batch_size: int) -> Payload:
@@ -66,6 +79,10 @@ def payload_bags(payload: Payload) -> CsfBags:
 class CsfRetriever:
     """CSurF's inverted index over a corpus: inverted lists per shard, whose top k are merged.
 
+    Under a process group of D ranks (evaluation under ``trainer=ddp``) each rank holds the lists of its own shards
+    (:mod:`retrieval_zoo.index.process_shards`), rank 0 searches, the others :meth:`serve`, and the ranks' top k are
+    merged by one all-gather a batch: the same ranking as one process holding every list.
+
     Args:
         encode_query: Query texts → their bags of CSFs.
         shards: The corpus's bags of CSFs by shard (:func:`encode_bags_payload`).
@@ -76,6 +93,8 @@ class CsfRetriever:
         device: Where the lists live and are scored (default: the GPU when present), with the same tensor ops on
             either, in float32.
         queries: How query texts are batched: by their length in tokens, tokens prepared ahead.
+        vector_dtype: How the postings' vectors are stored: ``float32``, or ``float16`` / ``bfloat16`` (half the
+            bytes; each pair is still scored in float32).
     """
 
     def __init__(
@@ -88,38 +107,33 @@ class CsfRetriever:
         query_batch_size: int = 8,
         device: torch.device | str | None = None,
         queries: QueryPrep = PLAIN_QUERIES,
+        vector_dtype: str = "float32",
     ) -> None:
         self.encode_query, self.docids, self.query_batch_size = encode_query, shards.docids, query_batch_size
         self.queries = queries
         self.device = torch.device(device) if device is not None else default_device()
         started = time.perf_counter()
-        bags, tokens = [], []
-        for _, payload in shards:
-            shard_bags = payload_bags(payload)
+        own, bags, tokens = own_shards(len(shards)), [], torch.zeros(1)
+        for shard in own:
+            shard_bags = payload_bags(shards.read(shard))
             bags.append(shard_bags.select(shard_bags.weight >= prune_threshold))
-            tokens.append(shard_bags.tokens)
-        self.unpruned = sum(len(b.weight) for b in bags)
-        keep = prune_lowest(torch.cat([b.weight for b in bags]), prune_fraction).split([len(b.weight) for b in bags])
-        self.shards: list[tuple[Postings, list[str]]] = []
-        for shard_bags, shard_keep, docids in zip(bags, keep, (ids for ids, _ in shards), strict=True):
+            tokens += shard_bags.tokens.sum()
+        self.unpruned = int(all_sum(torch.tensor([sum(len(b.weight) for b in bags)]))[0])
+        keep = lowest_share_masks([b.weight for b in bags], own, len(shards), prune_fraction)
+        self.shards: list[tuple[Postings, int]] = []  # each shard's lists and its first corpus row
+        for shard, shard_bags, shard_keep in zip(own, bags, keep, strict=True):
             postings = Postings.build(shard_bags.select(shard_keep), vocab_size)
-            postings.doc, postings.source = postings.doc.int(), postings.source.short()
-            self.shards.append((postings.to(self.device), docids))
+            postings.doc = postings.doc.int()
+            self.shards.append((postings.to(self.device, storage_dtype(vector_dtype)), shards.ranges[shard][0]))
+        lists = [(p.ptr, p.doc, p.weight, p.vector) for p, _ in self.shards]
+        local = [sum(len(p.weight) for p, _ in self.shards), sum(t.nbytes for ts in lists for t in ts if t is not None)]
+        self.postings_count, self.nbytes = (int(n) for n in all_sum(torch.tensor(local)))  # of all ranks' lists
+        self.list_lengths = all_sum(sum(p.list_lengths().cpu() for p, _ in self.shards))  # n_t: postings of form t
         self.index_seconds = time.perf_counter() - started
-        self.doc_tokens = torch.cat(tokens).mean().item()
+        self.doc_tokens = float(all_sum(tokens)[0]) / len(self.docids)
+        self._sharded = ShardedSearch(self._search)
         self._query_forms = torch.zeros(vocab_size)
         self._queries, self._query_csfs, self._query_tokens, self._pairs, self._search_seconds = 0, 0, 0.0, 0, 0.0
-
-    @property
-    def postings_count(self) -> int:
-        """Postings in all shards' lists."""
-        return sum(len(postings.weight) for postings, _ in self.shards)
-
-    @property
-    def nbytes(self) -> int:
-        """Bytes of the inverted lists: offsets, documents, positions, weights and vectors."""
-        tensors = [t for p, _ in self.shards for t in (p.ptr, p.doc, p.source, p.weight, p.vector) if t is not None]
-        return sum(t.numel() * t.element_size() for t in tensors)
 
     @property
     def lexical_nonzero(self) -> float:
@@ -128,30 +142,45 @@ class CsfRetriever:
 
     def search(self, queries: dict[str, str], k: int) -> Run:
         """The top ``k`` documents of each query by the §3.3 score; documents scoring 0 are not returned."""
+        return self._sharded.search(queries, k)
+
+    def serve(self) -> None:
+        """On ranks other than 0: search rank 0's queries over this rank's lists until it calls :meth:`release`."""
+        self._sharded.serve()
+
+    def release(self) -> None:
+        """On rank 0, when done searching: let the serving ranks go."""
+        self._sharded.stop()
+
+    def _search(self, queries: dict[str, str], k: int) -> Run:
+        """This rank's search: its lists' top ``k``, merged with the other ranks' (every rank ends with the run)."""
         qids, texts, run = list(queries), list(queries.values()), {}
         started = time.perf_counter()
         with torch.inference_mode():
-            lengths, prepare = self.queries.lengths(texts), self.queries.prepare
+            lengths, prepare = rank_zeros(self.queries.lengths(texts)), self.queries.prepare  # the same batches
             for rows, items in prepared_batches(texts, self.query_batch_size, lengths, prepare, "search CSFs"):
-                batch = [qids[i] for i in rows]
                 bags = _to(self.encode_query(items), self.device)
-                found = [self._search_shard(bags, batch, postings, docids, k) for postings, docids in self.shards]
-                run |= merge_topk((shard_run for shard_run, _ in found), k)
-                self._count(bags, sum(pairs for _, pairs in found))
+                scores, found, pairs = self._search_lists(bags, k)
+                scores, found = gather_topk(scores, found, k)
+                scores, found = scores.cpu().tolist(), found.cpu().tolist()  # one transfer a batch
+                for row, query in enumerate(rows):
+                    run[qids[query]] = {
+                        self.docids[d]: s for s, d in zip(scores[row], found[row], strict=True) if s > 0
+                    }
+                self._count(bags, int(all_sum(torch.tensor([pairs]))[0]))
         self._search_seconds += time.perf_counter() - started
         return {qid: run[qid] for qid in qids}  # in the order of ``queries``, as batched by length
 
-    @staticmethod
-    def _search_shard(bags: CsfBags, qids: list[str], postings: Postings, docids: list[str], k: int) -> tuple[Run, int]:
-        """The top ``k`` of one shard for a batch of query bags (documents scoring 0 left out), and the pairs scored."""
-        scores, columns, pairs = max_sum_scores(bags, postings)
-        if not scores.shape[1]:
-            return {qid: {} for qid in qids}, pairs
-        top = scores.topk(min(k, scores.shape[1]), dim=1)
-        values, found = top.values.cpu().tolist(), columns[top.indices].cpu().tolist()  # one transfer a batch
-        run = {qid: {docids[c]: s for s, c in zip(values[row], found[row], strict=True) if s > 0}
-               for row, qid in enumerate(qids)}  # fmt: skip
-        return run, pairs
+    def _search_lists(self, bags: CsfBags, k: int) -> tuple[torch.Tensor, torch.Tensor, int]:
+        """(B, ≤ k) scores and corpus rows of the top ``k`` over this rank's lists, and the CSF pairs scored."""
+        scores, found, pairs = [], [], 0
+        for postings, first_row in self.shards:
+            shard_scores, columns, shard_pairs = max_sum_scores(bags, postings, pair_chunk=PAIR_CHUNK)
+            top = shard_scores.topk(min(k, shard_scores.shape[1]), dim=1)
+            scores.append(top.values)
+            found.append(columns[top.indices] + first_row)
+            pairs += shard_pairs
+        return *merge_rows(torch.cat(scores, dim=1), torch.cat(found, dim=1), k), pairs
 
     def _count(self, bags: CsfBags, pairs: int) -> None:
         self._queries += bags.num_texts
@@ -165,7 +194,7 @@ class CsfRetriever:
         if not self._queries:
             raise ValueError("efficiency is measured over searched queries: search first")
         n_q = self._query_forms / self._queries  # n̂_t^q
-        n_d = sum(p.list_lengths().float() for p, _ in self.shards) / len(self.docids)  # n̂_t^d
+        n_d = self.list_lengths.float() / len(self.docids)  # n̂_t^d
         tokens_per_query = self._query_tokens / self._queries
         return {
             "csf_per_query": self._query_csfs / self._queries,
@@ -188,22 +217,34 @@ class InvertedLists(Index):
         prune_threshold: Postings with a lower weight are not indexed (1e-8 in the paper).
         prune_fraction: α, the lowest-weight share of postings removed after indexing (Figure 2).
         query_batch_size: Queries scored at a time.
+        vector_dtype: How the postings' 32-d vectors are stored: ``float32``, ``float16`` or ``bfloat16`` (half the
+            bytes of the lists; pairs are scored in float32).
     """
 
     accepts: ClassVar[tuple[str, ...]] = ("csf_bags",)
 
-    def __init__(self, prune_threshold: float = 1e-8, prune_fraction: float = 0.0, query_batch_size: int = 8) -> None:
+    def __init__(
+        self,
+        prune_threshold: float = 1e-8,
+        prune_fraction: float = 0.0,
+        query_batch_size: int = 8,
+        vector_dtype: str = "float32",
+    ) -> None:
         super().__init__()
-        prune_lowest(torch.zeros(0), prune_fraction)  # fail at construction on a bad α
-        self.prune_threshold, self.prune_fraction, self.query_batch_size = (
-            prune_threshold,
-            prune_fraction,
-            query_batch_size,
-        )
+        check_share(prune_fraction)  # fail at construction on a bad α or dtype
+        storage_dtype(vector_dtype)
+        self.prune_threshold, self.prune_fraction = prune_threshold, prune_fraction
+        self.query_batch_size, self.vector_dtype = query_batch_size, vector_dtype
 
     def corpus_payload(self, method: Any, texts: list[str]) -> Payload:
         """The documents' bags of CSFs."""
         return encode_bags_payload(method.encode_doc, texts, method.encode_batch_size)
+
+    def serve(self, method: Any, collection: Collection, bm25: BM25, shards: CorpusShards | None) -> None:
+        """Under DDP, on ranks other than 0: build this rank's share of the lists and answer rank 0's searches."""
+        with split_over_processes():
+            if split_world()[1] > 1:
+                self.build(method, collection, bm25, shards).serve()
 
     def build(
         self, method: Any, collection: Collection, bm25: BM25, shards: CorpusShards | None = None
@@ -211,7 +252,8 @@ class InvertedLists(Index):
         """Inverted lists of the corpus's CSFs, one set per shard."""
         shards = self.corpus_shards(method, collection, bm25, shards)
         return CsfRetriever(method.encode_query, shards, method.vocab_size, self.prune_threshold, self.prune_fraction,
-                            self.query_batch_size, queries=method.query_prep())  # fmt: skip
+                            self.query_batch_size, queries=method.query_prep(),
+                            vector_dtype=self.vector_dtype)  # fmt: skip
 
 
 def _to(bags: CsfBags, device: torch.device, doc_index: torch.Tensor | None = None) -> CsfBags:

@@ -127,18 +127,22 @@ def gather_bags(bags: CsfBags) -> tuple[CsfBags, int]:
     return CsfBags(owner, **rows, vector=vector, num_texts=sum(texts), length=length, tokens=tokens), first
 
 
+PAIR_CHUNK = 1 << 15  # CSF pairs scored at a time at search: their (chunk, dv) gathers stay small and in cache
+
+
 @dataclass
 class Postings:
     """Document CSFs sorted by surface form: the inverted lists of §4, as contiguous arrays.
 
-    The list of form t is rows ``ptr[t]:ptr[t + 1]`` of ``doc``, ``source``, ``weight`` and ``vector``.
+    The list of form t is rows ``ptr[t]:ptr[t + 1]`` of ``doc``, ``weight`` and ``vector``; document ids lie in
+    ``[0, doc_end)``. A CSF's source position in its document plays no part in the score, so it is not kept.
     """
 
     ptr: torch.Tensor
     doc: torch.Tensor
-    source: torch.Tensor
     weight: torch.Tensor
     vector: torch.Tensor | None
+    doc_end: int
 
     @classmethod
     def build(cls, docs: CsfBags, vocab_size: int, doc_offset: int = 0) -> Postings:
@@ -147,46 +151,90 @@ class Postings:
         counts = torch.bincount(docs.surface, minlength=vocab_size)
         ptr = torch.cat([counts.new_zeros(1), counts.cumsum(0)])
         vector = None if docs.vector is None else docs.vector[order]
-        return cls(ptr, docs.text[order] + doc_offset, docs.source[order], docs.weight[order], vector)
+        return cls(ptr, docs.text[order] + doc_offset, docs.weight[order], vector, doc_offset + docs.num_texts)
 
     def list_lengths(self) -> torch.Tensor:
         """(V,) entries per surface form."""
         return self.ptr[1:] - self.ptr[:-1]
 
-    def to(self, device: torch.device) -> Postings:
-        """The same lists on ``device``."""
-        lists = (self.ptr, self.doc, self.source, self.weight, self.vector)
-        return Postings(*(None if t is None else t.to(device) for t in lists))
+    def to(self, device: torch.device, vector_dtype: torch.dtype | None = None) -> Postings:
+        """The same lists on ``device``, the vectors stored as ``vector_dtype`` when given (e.g. float16)."""
+        vector = None if self.vector is None else self.vector.to(device, vector_dtype or self.vector.dtype)
+        return Postings(self.ptr.to(device), self.doc.to(device), self.weight.to(device), vector, self.doc_end)
 
 
 def max_sum_scores(
-    query: CsfBags, postings: Postings, num_docs: int | None = None
+    query: CsfBags, postings: Postings, num_docs: int | None = None, pair_chunk: int | None = None
 ) -> tuple[torch.Tensor, torch.Tensor, int]:
     """Score(q, d) of §3.3 for every query against the documents its CSFs match.
 
     Args:
         query: B queries' CSFs.
-        postings: The documents' inverted lists.
+        postings: The documents' inverted lists (vectors of any float type: each pair is scored in the query's).
         num_docs: Score every document ``0..num_docs − 1`` (training: the batch's documents); None scores only the
             documents some query CSF matches.
+        pair_chunk: Score this many CSF pairs at a time (search, without gradients: the pairs' gathered vectors stay
+            small, and a max is order-free, so the scores are those of one pass); None scores them all at once.
 
     Returns:
         (B, U) scores, (U,) the document ids of the columns, and the number of CSF pairs scored.
     """
     start = postings.ptr[query.surface]
     count = postings.ptr[query.surface + 1] - start
-    pair_query = torch.repeat_interleave(torch.arange(len(count), device=count.device), count)  # A of each pair
-    first = (count.cumsum(0) - count)[pair_query]
-    pair_doc = start[pair_query] + torch.arange(len(pair_query), device=count.device) - first  # B of each pair
-    value = take_rows(query.weight, pair_query) * take_rows(postings.weight, pair_doc)  # w_A·w_B
-    if query.vector is not None:  # ·f(v_A, v_B): dot product of (unit, for cosine) vectors
-        value = value * (take_rows(query.vector, pair_query) * take_rows(postings.vector, pair_doc)).sum(-1)
-    docs = postings.doc[pair_doc]
-    if num_docs is None:
-        columns, column = torch.unique(docs, return_inverse=True)
+    ends = count.cumsum(0)  # the pairs of query CSF A are ends[A] − count[A] .. ends[A] − 1
+    total = int(ends[-1]) if len(ends) else 0
+    if pair_chunk is not None and torch.is_grad_enabled():
+        raise ValueError("pair_chunk scores in place: search under torch.inference_mode() or no_grad")
+    blocks = _csf_blocks(ends, total if pair_chunk is None else pair_chunk)
+
+    def pairs(first: int, stop: int, pair_first: int, pair_stop: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """The query CSF A and posting B of pairs ``pair_first..pair_stop − 1`` (of query CSFs ``first..stop − 1``)."""
+        counts = count[first:stop]
+        pair_query = torch.repeat_interleave(torch.arange(first, stop, device=count.device), counts)
+        offset = start[first:stop] - (ends[first:stop] - counts)  # B = offset of A + the pair's number
+        pair_number = torch.arange(pair_first, pair_stop, device=count.device)
+        return pair_query, torch.repeat_interleave(offset, counts, output_size=pair_stop - pair_first) + pair_number
+
+    if num_docs is None:  # the documents some pair reaches, in id order
+        reached = torch.zeros(postings.doc_end, dtype=torch.bool, device=count.device)
+        for block in blocks:
+            reached[take_rows(postings.doc, pairs(*block)[1]).long()] = True
+        columns = reached.nonzero().squeeze(1)
+        column_of = torch.zeros(postings.doc_end, dtype=torch.long, device=count.device)
+        column_of[columns] = torch.arange(len(columns), device=count.device)
     else:
-        columns, column = torch.arange(num_docs, device=docs.device), docs
-    slot = query.text[pair_query] * query.length + query.source[pair_query]  # the query token q_i of A
-    cells = value.new_zeros(query.num_texts * query.length * len(columns))  # unmatched query tokens add 0
-    cells = cells.scatter_reduce(0, slot * len(columns) + column, value, reduce="amax", include_self=True)
-    return cells.view(query.num_texts, query.length, len(columns)).sum(1), columns, len(pair_query)
+        columns = column_of = torch.arange(num_docs, device=count.device)
+    cells = query.weight.new_zeros(query.num_texts * query.length * len(columns))  # unmatched query tokens add 0
+    query_token = query.text * query.length + query.source  # the query token q_i of each query CSF A
+    for block in blocks:
+        pair_query, pair_doc = pairs(*block)
+        value = take_rows(query.weight, pair_query) * take_rows(postings.weight, pair_doc)  # w_A·w_B
+        if query.vector is not None:  # ·f(v_A, v_B): dot product of (unit, for cosine) vectors
+            doc_vectors = take_rows(postings.vector, pair_doc).to(query.vector.dtype)
+            value = value * (take_rows(query.vector, pair_query) * doc_vectors).sum(-1)
+        column = take_rows(column_of, take_rows(postings.doc, pair_doc).long())
+        index = take_rows(query_token, pair_query) * len(columns) + column
+        if pair_chunk is None:
+            cells = cells.scatter_reduce(0, index, value, reduce="amax", include_self=True)
+        else:
+            cells.scatter_reduce_(0, index, value, reduce="amax", include_self=True)
+    return cells.view(query.num_texts, query.length, len(columns)).sum(1), columns, total
+
+
+def _csf_blocks(ends: torch.Tensor, pairs: int) -> list[tuple[int, int, int, int]]:
+    """Consecutive ranges of query CSFs with about ``pairs`` CSF pairs each (more for a CSF whose list is longer).
+
+    Args:
+        ends: (K,) the cumulative count of pairs up to and including each query CSF.
+        pairs: The pairs a range should hold.
+
+    Returns:
+        (first CSF, CSF stop, first pair, pair stop) of each range.
+    """
+    ends_list = ends.tolist()
+    if not ends_list or not ends_list[-1]:
+        return []
+    marks = torch.tensor(range(pairs, ends_list[-1], max(1, pairs)), dtype=ends.dtype, device=ends.device)
+    bounds = sorted({0, *torch.searchsorted(ends, marks, right=True).tolist(), len(ends_list)})
+    pair_bounds = [0, *(ends_list[b - 1] for b in bounds[1:])]
+    return [(bounds[i], bounds[i + 1], pair_bounds[i], pair_bounds[i + 1]) for i in range(len(bounds) - 1)]
