@@ -1,10 +1,10 @@
 """Inverted lists of contextualized surface forms, searched as CSurF trains (csurf.md §4 Implementation, §5.2).
 
-Each document CSF becomes one posting (document, weight, vector) in the list of its surface form; the lists are
-contiguous arrays sorted by form (:class:`retrieval_zoo.lexical.csf.Postings`), the vectors stored in float32 or, with
-``vector_dtype``, in 16 bits. Postings with weight below ``prune_threshold`` (1e-8) are dropped at indexing time, and
-post-hoc pruning drops the lowest-weight fraction α of all postings (Figure 2). A query is scored by
-:func:`retrieval_zoo.lexical.csf.max_sum_scores`: each query CSF against its form's list, vectorised, a block of
+Each document CSF becomes one posting (document, source position, weight, vector) in the list of its surface form;
+the lists are contiguous arrays sorted by form (:class:`retrieval_zoo.lexical.csf.Postings`), the vectors stored in
+float32 or, with ``vector_dtype``, in 16 bits. Postings with weight below ``prune_threshold`` (1e-8) are dropped at
+indexing time, and post-hoc pruning drops the lowest-weight fraction α of all postings (Figure 2). A query is scored
+by :func:`retrieval_zoo.lexical.csf.max_sum_scores`: each query CSF against its form's list, vectorised, a block of
 pairs at a time; max-reduced into (query token, document); summed; top k. With nothing pruned this is the
 training-time score of every document (a test holds it to brute force). The lists are built per shard of the corpus
 and may be split over processes (:mod:`retrieval_zoo.index.process_shards`): each shard's top k are merged exactly.
@@ -123,9 +123,9 @@ class CsfRetriever:
         self.shards: list[tuple[Postings, int]] = []  # each shard's lists and its first corpus row
         for shard, shard_bags, shard_keep in zip(own, bags, keep, strict=True):
             postings = Postings.build(shard_bags.select(shard_keep), vocab_size)
-            postings.doc = postings.doc.int()
+            postings.doc, postings.source = postings.doc.int(), postings.source.short()
             self.shards.append((postings.to(self.device, storage_dtype(vector_dtype)), shards.ranges[shard][0]))
-        lists = [(p.ptr, p.doc, p.weight, p.vector) for p, _ in self.shards]
+        lists = [(p.ptr, p.doc, p.source, p.weight, p.vector) for p, _ in self.shards]
         local = [sum(len(p.weight) for p, _ in self.shards), sum(t.nbytes for ts in lists for t in ts if t is not None)]
         self.postings_count, self.nbytes = (int(n) for n in all_sum(torch.tensor(local)))  # of all ranks' lists
         self.list_lengths = all_sum(sum(p.list_lengths().cpu() for p, _ in self.shards))  # n_t: postings of form t

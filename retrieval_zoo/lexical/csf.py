@@ -134,12 +134,13 @@ PAIR_CHUNK = 1 << 15  # CSF pairs scored at a time at search: their (chunk, dv) 
 class Postings:
     """Document CSFs sorted by surface form: the inverted lists of §4, as contiguous arrays.
 
-    The list of form t is rows ``ptr[t]:ptr[t + 1]`` of ``doc``, ``weight`` and ``vector``; document ids lie in
-    ``[0, doc_end)``. A CSF's source position in its document plays no part in the score, so it is not kept.
+    The list of form t is rows ``ptr[t]:ptr[t + 1]`` of ``doc``, ``source``, ``weight`` and ``vector``; document
+    ids lie in ``[0, doc_end)``. The source position is kept for inspection; the score does not read it.
     """
 
     ptr: torch.Tensor
     doc: torch.Tensor
+    source: torch.Tensor
     weight: torch.Tensor
     vector: torch.Tensor | None
     doc_end: int
@@ -151,7 +152,8 @@ class Postings:
         counts = torch.bincount(docs.surface, minlength=vocab_size)
         ptr = torch.cat([counts.new_zeros(1), counts.cumsum(0)])
         vector = None if docs.vector is None else docs.vector[order]
-        return cls(ptr, docs.text[order] + doc_offset, docs.weight[order], vector, doc_offset + docs.num_texts)
+        doc = docs.text[order] + doc_offset
+        return cls(ptr, doc, docs.source[order], docs.weight[order], vector, doc_offset + docs.num_texts)
 
     def list_lengths(self) -> torch.Tensor:
         """(V,) entries per surface form."""
@@ -160,7 +162,8 @@ class Postings:
     def to(self, device: torch.device, vector_dtype: torch.dtype | None = None) -> Postings:
         """The same lists on ``device``, the vectors stored as ``vector_dtype`` when given (e.g. float16)."""
         vector = None if self.vector is None else self.vector.to(device, vector_dtype or self.vector.dtype)
-        return Postings(self.ptr.to(device), self.doc.to(device), self.weight.to(device), vector, self.doc_end)
+        lists = (self.ptr, self.doc, self.source, self.weight)
+        return Postings(*(t.to(device) for t in lists), vector, self.doc_end)
 
 
 def max_sum_scores(
