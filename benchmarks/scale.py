@@ -13,7 +13,9 @@ memory-mapped arrays they read, which the kernel can drop):
 - ``shards``: BM25's document vectors (``method=dlr_bm25``) encoded into shards on disk, which the term-weight
   families below index: ``sparse`` (exact), ``gip`` (DLR, 768 slices, approximate GIP), ``bmp``, ``lucene_impact``;
 - ``faiss``: a Flat inner-product index of 768-d vectors (bert-base's width; random, since a Flat index's cost
-  depends on n and d alone).
+  depends on n and d alone);
+- ``csf_shards``, ``csf``, ``csf_fp16``, ``csf_pruned``, ``csf_split``: CSurF's bags and inverted lists, in float32,
+  float16, pruned at α = 0.5, and split over 2 processes (:mod:`benchmarks.scale_csf`).
 
 Each family's query latency is the 1,200 dev queries at k = 1000, their encoding done before (best of 2). The
 growth exponent between the two largest sizes (time ∝ n^e) projects each figure to 8,841,823 passages.
@@ -47,8 +49,12 @@ STAGES = (
     "faiss",
     "csf_shards",
     "csf",
+    "csf_fp16",
+    "csf_pruned",
+    "csf_split",
 )
-MEASURES = ("seconds", "peak_rss", "peak_anon", "disk", "ms_per_query")
+GROWING = ("seconds", "peak_rss", "peak_anon", "disk", "ms_per_query", "rank_disk")  # projected to MS MARCO
+MEASURES = (*GROWING, "recall_exact", "top10_overlap", "same_run")  # agreement with an exact run: reported
 
 
 def tree_rss(root: int) -> tuple[int, int]:
@@ -148,7 +154,7 @@ def report(results: dict[int, dict[str, dict[str, float]]], stages: list[str]) -
             if all(v is None for v in values) and not any(failed):
                 continue
             growth = None  # a stage stopped part-way has no growth to project
-            if len(sizes) > 1 and not any(failures[-2:]):
+            if len(sizes) > 1 and not any(failures[-2:]) and measure in GROWING:
                 growth = exponent(values[-2], values[-1], sizes[-1] / sizes[-2])
             projected = values[-1] * (MSMARCO / sizes[-1]) ** growth if growth is not None else None
             cells = [why or human(measure, v) for v, why in zip(values, failed, strict=True)]

@@ -14,6 +14,7 @@ import numpy as np
 import torch
 
 from benchmarks.common import composed
+from benchmarks.scale_csf import STAGES as CSF_STAGES
 from benchmarks.sparse_engines import memoized
 from retrieval_zoo.data.collections import Collection, msmarco_tsv
 from retrieval_zoo.lexical.bm25 import BM25
@@ -21,7 +22,6 @@ from retrieval_zoo.lexical.bm25 import BM25
 SHARD_SIZE = 4096
 DENSE_DIM = 768  # bert-base's width
 K = 1000
-CSF_QUERIES = 200
 
 
 def load(folder: Path) -> Collection:
@@ -125,44 +125,9 @@ def stage_faiss(collection: Collection, work: Path) -> dict:
     return {"seconds": seconds, "disk": len(docids) * DENSE_DIM * 4, "ms_per_query": 1000 * searching / len(queries)}
 
 
-def csurf_model():
-    """CSurF on SPLADE-tiny's trained expansion (``method=csurf``), its 32-d vectors untrained: realistic bags."""
-    torch.manual_seed(0)
-    return composed("method", "csurf").eval()
-
-
-def csurf_setup(collection: Collection, work: Path) -> tuple:
-    """(model, ``index=csf``, BM25, the shards of CSurF's bags under ``work``) for both CSurF stages."""
-    from retrieval_zoo.index.shards import CorpusShards
-
-    shards = CorpusShards(list(collection.corpus), SHARD_SIZE, work / "csf-shards")
-    return csurf_model(), composed("index", "csf"), BM25(collection), shards
-
-
-def stage_csf_shards(collection: Collection, work: Path) -> dict:
-    """CSurF's bags of CSFs of every document, encoded into shards on disk (what its inverted lists are built from)."""
-    model, index, bm25, shards = csurf_setup(collection, work)
-    _, seconds = timed(lambda: shards.encode_into(index.doc_encoder(model, collection, bm25), shards.missing()))
-    return {"seconds": seconds, "disk": folder_bytes(work / "csf-shards")}
-
-
-def stage_csf(collection: Collection, work: Path) -> dict:
-    """CSurF's inverted lists (``index=csf``) over the ``csf_shards`` stage's bags; 200 dev queries at k = 1000.
-
-    200 queries, searched once after 8 to warm up: CSurF's queries are slow on CPUs with this untrained model's bags.
-    """
-    model, index, bm25, shards = csurf_setup(collection, work)
-    with torch.inference_mode():
-        retriever, seconds = timed(lambda: index.build(model, collection, bm25, shards))
-        queries = dict(list(collection.judged_queries("dev").items())[:CSF_QUERIES])
-        retriever.search(dict(list(queries.items())[:8]), K)  # the lists warm
-        _, searching = timed(lambda: retriever.search(queries, K))
-    return {"seconds": seconds, "disk": retriever.nbytes, "ms_per_query": 1000 * searching / len(queries)}
-
-
 STAGES = {"collection": stage_collection, "bm25": stage_bm25, "datamodule": stage_datamodule, "shards": stage_shards,
-          "faiss": stage_faiss, "csf_shards": stage_csf_shards, "csf": stage_csf}  # fmt: skip
-STAGES |= {name: term_family(name) for name in ("sparse", "gip", "bmp", "lucene_impact")}
+          "faiss": stage_faiss}  # fmt: skip
+STAGES |= {name: term_family(name) for name in ("sparse", "gip", "bmp", "lucene_impact")} | CSF_STAGES
 
 
 def main() -> None:
