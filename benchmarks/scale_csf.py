@@ -12,7 +12,9 @@ The variants report ``recall_exact`` (the share of the reference run's top 1000 
 (of its top 10); ``csf_split`` must return the reference run itself (``same_run`` 1).
 
 The model is CSurF on SPLADE-tiny's trained expansion with untrained 32-d vectors (no FLOPS training of its own).
-Query encoding is inside the timed search, as a user's ``search`` call has it.
+Query encoding is inside the timed search, as a user's ``search`` call has it. Every process runs one torch thread, so
+``csf_split`` compares 2 processes with 1 at the same work per process (and a busy machine does not stall a
+multi-threaded search on its slowest thread).
 """
 
 from __future__ import annotations
@@ -60,6 +62,7 @@ def searched(collection: Collection, work: Path, **index_settings: object) -> tu
     """Build the lists with ``index_settings``, search 200 dev queries once after 8 to warm up: figures and run."""
     from benchmarks.scale_stages import timed
 
+    torch.set_num_threads(1)
     model, index, bm25, shards = csurf_setup(collection, work, **index_settings)
     with torch.inference_mode():
         retriever, seconds = timed(lambda: index.build(model, collection, bm25, shards))
