@@ -28,6 +28,13 @@ def world() -> tuple[int, int]:
     return 0, 1
 
 
+def collective_device() -> torch.device:
+    """Where tensors for the default process group's collectives live: the current GPU under NCCL, else the CPU."""
+    if dist.is_available() and dist.is_initialized() and dist.get_backend() == "nccl":
+        return torch.device("cuda", torch.cuda.current_device())
+    return torch.device("cpu")
+
+
 class _GatherRows(torch.autograd.Function):
     """All-gather of tensors whose first dimension may differ between ranks, with the gradient sent back."""
 
@@ -53,8 +60,9 @@ def row_counts(rows: int) -> list[int]:
     _, size = world()
     if size == 1:
         return [rows]
-    counts = [torch.zeros(1, dtype=torch.long) for _ in range(size)]
-    dist.all_gather(counts, torch.tensor([rows], dtype=torch.long))
+    device = collective_device()  # NCCL gathers CUDA tensors only
+    counts = [torch.zeros(1, dtype=torch.long, device=device) for _ in range(size)]
+    dist.all_gather(counts, torch.tensor([rows], dtype=torch.long, device=device))
     return [int(c) for c in counts]
 
 

@@ -22,7 +22,7 @@ from contextvars import ContextVar
 import torch
 import torch.distributed as dist
 
-from retrieval_zoo.distributed import world
+from retrieval_zoo.distributed import collective_device, world
 
 STOP = "stop"
 _SPLIT = ContextVar("split_over_processes", default=False)
@@ -46,13 +46,6 @@ def split_over_processes() -> Iterator[None]:
 def split_world() -> tuple[int, int]:
     """(rank, ranks) an index is split over: the process group's inside :func:`split_over_processes`, else (0, 1)."""
     return world() if _SPLIT.get() else (0, 1)
-
-
-def collective_device() -> torch.device:
-    """Where tensors for the default process group's collectives live: the current GPU under NCCL, else the CPU."""
-    if dist.is_available() and dist.is_initialized() and dist.get_backend() == "nccl":
-        return torch.device("cuda", torch.cuda.current_device())
-    return torch.device("cpu")
 
 
 def own_shards(num_shards: int) -> list[int]:
