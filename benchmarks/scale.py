@@ -126,7 +126,7 @@ def human(measure: str, value: float | None) -> str:
     """A figure as the table prints it."""
     if value is None:
         return ""
-    if measure in ("peak_rss", "peak_anon", "disk"):
+    if measure in ("peak_rss", "peak_anon", "disk", "rank_disk"):
         return f"{value / 2**30:.2f} GiB" if value >= 2**30 else f"{value / 2**20:.0f} MiB"
     if measure == "seconds":
         return f"{value / 3600:.1f} h" if value >= 3600 else f"{value:.1f} s" if value >= 10 else f"{value:.2f} s"

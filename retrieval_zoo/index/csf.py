@@ -113,18 +113,29 @@ class CsfRetriever:
         self.queries = queries
         self.device = torch.device(device) if device is not None else default_device()
         started = time.perf_counter()
-        own, bags, tokens = own_shards(len(shards)), [], torch.zeros(1)
-        for shard in own:
-            shard_bags = payload_bags(shards.read(shard))
-            bags.append(shard_bags.select(shard_bags.weight >= prune_threshold))
-            tokens += shard_bags.tokens.sum()
-        self.unpruned = int(all_sum(torch.tensor([sum(len(b.weight) for b in bags)]))[0])
-        keep = lowest_share_masks([b.weight for b in bags], own, len(shards), prune_fraction)
+        own, tokens, unpruned = own_shards(len(shards)), torch.zeros(1), 0
+
+        def indexed(shard: int) -> CsfBags:  # the shard's CSFs of weight ≥ prune_threshold
+            bags = payload_bags(shards.read(shard))
+            return bags.select(bags.weight >= prune_threshold)
+
+        # α needs every weight before any list is cut. Shards in files are read twice, so that one shard at a time is
+        # in memory beside the lists; shards encoded on demand (validation) are kept, not encoded twice.
+        held = {} if shards.folder is not None or not prune_fraction else {s: indexed(s) for s in own}
+        keep = dict.fromkeys(own)
+        if prune_fraction:
+            weights = [(held[s] if s in held else indexed(s)).weight for s in own]
+            keep = dict(zip(own, lowest_share_masks(weights, own, len(shards), prune_fraction), strict=True))
         self.shards: list[tuple[Postings, int]] = []  # each shard's lists and its first corpus row
-        for shard, shard_bags, shard_keep in zip(own, bags, keep, strict=True):
-            postings = Postings.build(shard_bags.select(shard_keep), vocab_size)
+        for shard in own:
+            shard_bags = held.pop(shard) if shard in held else indexed(shard)
+            tokens, unpruned = tokens + shard_bags.tokens.sum(), unpruned + len(shard_bags.weight)
+            if keep[shard] is not None:
+                shard_bags = shard_bags.select(keep[shard])
+            postings = Postings.build(shard_bags, vocab_size)
             postings.doc, postings.source = postings.doc.int(), postings.source.short()
             self.shards.append((postings.to(self.device, storage_dtype(vector_dtype)), shards.ranges[shard][0]))
+        self.unpruned = int(all_sum(torch.tensor([unpruned]))[0])
         lists = [(p.ptr, p.doc, p.source, p.weight, p.vector) for p, _ in self.shards]
         local = [sum(len(p.weight) for p, _ in self.shards), sum(t.nbytes for ts in lists for t in ts if t is not None)]
         self.postings_count, self.nbytes = (int(n) for n in all_sum(torch.tensor(local)))  # of all ranks' lists
