@@ -17,15 +17,15 @@ per query and per document), the all-to-all operation count a ColBERT-style soft
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
 from typing import Any, ClassVar
 
 import torch
 
-from retrieval_zoo.batching import PLAIN_QUERIES, QueryPrep, Texts, prepared_batches
+from retrieval_zoo.batching import PLAIN_QUERIES, QueryPrep, prepared_batches
 from retrieval_zoo.data.collections import Collection
 from retrieval_zoo.data.formats import Run
 from retrieval_zoo.index.base import Index
+from retrieval_zoo.index.csf_payload import BagEncoder, bags_to, encode_bags_payload, payload_bags, storage_dtype
 from retrieval_zoo.index.gip import default_device
 from retrieval_zoo.index.process_shards import (
     ShardedSearch,
@@ -42,38 +42,6 @@ from retrieval_zoo.index.process_shards import (
 from retrieval_zoo.index.shards import CorpusShards, Payload
 from retrieval_zoo.lexical.bm25 import BM25
 from retrieval_zoo.lexical.csf import PAIR_CHUNK, CsfBags, Postings, max_sum_scores
-
-BagEncoder = Callable[[list[str]], CsfBags]
-PAYLOAD_FIELDS = ("text", "surface", "source", "weight", "vector", "original")
-VECTOR_DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
-
-
-def storage_dtype(name: str) -> torch.dtype:
-    """The torch dtype of a ``vector_dtype`` setting; an unknown name is an error that lists the known ones."""
-    if name not in VECTOR_DTYPES:
-        raise ValueError(f"vector_dtype must be one of {sorted(VECTOR_DTYPES)}, not {name!r}")
-    return VECTOR_DTYPES[name]
-
-
-def encode_bags_payload(encode: BagEncoder, texts: Texts, batch_size: int) -> Payload:
-    """A shard's bags of CSFs as named tensors: each CSF's ``text`` is its row in ``texts``; ``tokens`` per text."""
-    parts: list[CsfBags] = []
-    tokens = torch.zeros(len(texts))
-    with torch.inference_mode():
-        for batch, items in prepared_batches(texts, batch_size, desc="encode CSFs"):
-            bags = encode(items)
-            rows = torch.tensor(batch)
-            tokens[rows] = bags.tokens.float().cpu()
-            parts.append(_to(bags, torch.device("cpu"), doc_index=rows))
-    bags = _concatenate(parts, len(texts))
-    payload = {name: getattr(bags, name) for name in PAYLOAD_FIELDS if getattr(bags, name) is not None}
-    return payload | {"tokens": tokens, "length": torch.tensor(bags.length)}
-
-
-def payload_bags(payload: Payload) -> CsfBags:
-    """The bags of CSFs of a shard written by :func:`encode_bags_payload`."""
-    fields = {name: payload.get(name) for name in PAYLOAD_FIELDS}
-    return CsfBags(**fields, num_texts=len(payload["tokens"]), length=int(payload["length"]), tokens=payload["tokens"])
 
 
 class CsfRetriever:
@@ -170,7 +138,7 @@ class CsfRetriever:
         with torch.inference_mode():
             lengths, prepare = rank_zeros(self.queries.lengths(texts)), self.queries.prepare  # the same batches
             for rows, items in prepared_batches(texts, self.query_batch_size, lengths, prepare, "search CSFs"):
-                bags = _to(self.encode_query(items), self.device)
+                bags = bags_to(self.encode_query(items), self.device)
                 scores, found, pairs = self._search_lists(bags, k)
                 scores, found = gather_topk(scores, found, k)
                 scores, found = scores.cpu().tolist(), found.cpu().tolist()  # one transfer a batch
@@ -265,23 +233,3 @@ class InvertedLists(Index):
         return CsfRetriever(method.encode_query, shards, method.vocab_size, self.prune_threshold, self.prune_fraction,
                             self.query_batch_size, queries=method.query_prep(),
                             vector_dtype=self.vector_dtype)  # fmt: skip
-
-
-def _to(bags: CsfBags, device: torch.device, doc_index: torch.Tensor | None = None) -> CsfBags:
-    """``bags`` on ``device`` in float32; with ``doc_index`` (on the CPU), its texts renumbered to those corpus rows."""
-    text = bags.text.to(device) if doc_index is None else doc_index[bags.text.cpu()].to(device)
-    vector = None if bags.vector is None else bags.vector.to(device, torch.float32)
-    return CsfBags(text, bags.surface.to(device), bags.source.to(device), bags.weight.to(device, torch.float32),
-                   vector, bags.original.to(device), bags.num_texts, bags.length, bags.tokens.cpu())  # fmt: skip
-
-
-def _concatenate(parts: list[CsfBags], num_texts: int) -> CsfBags:
-    """One bag set over the whole corpus from per-batch sets whose texts are already corpus rows."""
-    vectors = [p.vector for p in parts]
-    return CsfBags(
-        *(torch.cat([getattr(p, name) for p in parts]) for name in ("text", "surface", "source", "weight")),
-        vector=None if vectors[0] is None else torch.cat(vectors),
-        original=torch.cat([p.original for p in parts]),
-        num_texts=num_texts,
-        length=max(p.length for p in parts),
-    )

@@ -1,0 +1,68 @@
+"""CSurF's bags of CSFs as a shard's payload, and how the inverted lists store their vectors.
+
+A shard of the corpus is encoded once into named tensors (:func:`encode_bags_payload`), written by
+:class:`~retrieval_zoo.index.shards.CorpusShards`, and read back as bags (:func:`payload_bags`) to build the lists of
+:mod:`retrieval_zoo.index.csf`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+
+from retrieval_zoo.batching import Texts, prepared_batches
+from retrieval_zoo.index.shards import Payload
+from retrieval_zoo.lexical.csf import CsfBags
+
+BagEncoder = Callable[[list[str]], CsfBags]
+PAYLOAD_FIELDS = ("text", "surface", "source", "weight", "vector", "original")
+VECTOR_DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
+
+
+def storage_dtype(name: str) -> torch.dtype:
+    """The torch dtype of a ``vector_dtype`` setting; an unknown name is an error that lists the known ones."""
+    if name not in VECTOR_DTYPES:
+        raise ValueError(f"vector_dtype must be one of {sorted(VECTOR_DTYPES)}, not {name!r}")
+    return VECTOR_DTYPES[name]
+
+
+def encode_bags_payload(encode: BagEncoder, texts: Texts, batch_size: int) -> Payload:
+    """A shard's bags of CSFs as named tensors: each CSF's ``text`` is its row in ``texts``; ``tokens`` per text."""
+    parts: list[CsfBags] = []
+    tokens = torch.zeros(len(texts))
+    with torch.inference_mode():
+        for batch, items in prepared_batches(texts, batch_size, desc="encode CSFs"):
+            bags = encode(items)
+            rows = torch.tensor(batch)
+            tokens[rows] = bags.tokens.float().cpu()
+            parts.append(bags_to(bags, torch.device("cpu"), doc_index=rows))
+    bags = _concatenate(parts, len(texts))
+    payload = {name: getattr(bags, name) for name in PAYLOAD_FIELDS if getattr(bags, name) is not None}
+    return payload | {"tokens": tokens, "length": torch.tensor(bags.length)}
+
+
+def payload_bags(payload: Payload) -> CsfBags:
+    """The bags of CSFs of a shard written by :func:`encode_bags_payload`."""
+    fields = {name: payload.get(name) for name in PAYLOAD_FIELDS}
+    return CsfBags(**fields, num_texts=len(payload["tokens"]), length=int(payload["length"]), tokens=payload["tokens"])
+
+
+def bags_to(bags: CsfBags, device: torch.device, doc_index: torch.Tensor | None = None) -> CsfBags:
+    """``bags`` on ``device`` in float32; with ``doc_index`` (on the CPU), its texts renumbered to those corpus rows."""
+    text = bags.text.to(device) if doc_index is None else doc_index[bags.text.cpu()].to(device)
+    vector = None if bags.vector is None else bags.vector.to(device, torch.float32)
+    return CsfBags(text, bags.surface.to(device), bags.source.to(device), bags.weight.to(device, torch.float32),
+                   vector, bags.original.to(device), bags.num_texts, bags.length, bags.tokens.cpu())  # fmt: skip
+
+
+def _concatenate(parts: list[CsfBags], num_texts: int) -> CsfBags:
+    """One bag set over the whole corpus from per-batch sets whose texts are already corpus rows."""
+    vectors = [p.vector for p in parts]
+    return CsfBags(
+        *(torch.cat([getattr(p, name) for p in parts]) for name in ("text", "surface", "source", "weight")),
+        vector=None if vectors[0] is None else torch.cat(vectors),
+        original=torch.cat([p.original for p in parts]),
+        num_texts=num_texts,
+        length=max(p.length for p in parts),
+    )
