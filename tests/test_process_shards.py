@@ -95,3 +95,24 @@ def test_two_gloo_ranks_search_their_halves_and_merge_to_one_process(tiny, tmp_p
     single = one.efficiency()
     for name in ("csf_per_doc", "e_ops", "pairs_per_query", "postings_pruned_share", "tokens_per_doc"):
         assert ranks[0]["efficiency"][name] == pytest.approx(single[name]), name
+
+
+def test_bad_settings_fail_at_construction_with_the_choices() -> None:
+    from retrieval_zoo.index.csf import InvertedLists
+
+    choices = r"vector_dtype must be one of \['bfloat16', 'float16', 'float32'\], not 'int8'"
+    with pytest.raises(ValueError, match=choices):
+        InvertedLists(vector_dtype="int8")
+    with pytest.raises(ValueError, match="prune_fraction"):
+        InvertedLists(prune_fraction=1.0)
+
+
+def test_fewer_shards_than_processes_is_an_error(monkeypatch) -> None:
+    import retrieval_zoo.index.process_shards as process_shards
+
+    monkeypatch.setattr(process_shards, "world", lambda: (1, 4))
+    assert own_shards(9) == [0, 1, 2, 3, 4, 5, 6, 7, 8]  # outside split_over_processes: every shard
+    with split_over_processes():
+        assert own_shards(9) == [1, 5]
+        with pytest.raises(ValueError, match="3 shards cannot be split over 4 processes: lower encode.shard_size"):
+            own_shards(3)
