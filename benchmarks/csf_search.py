@@ -4,7 +4,8 @@ On the embedded collection's dev queries, with a trained CSurF run (``--run-dir`
 SPLADE-tiny before training (its expansion weights, random 32-d vectors), side by side in one run on the same
 encoded queries and corpus CSFs:
 - inverted lists: each query CSF reads the list of its surface form only (the index's search), 32k CSF pairs at a
-  time (``PAIR_CHUNK``), and the same in one pass over all pairs (how training scores a batch);
+  time (``PAIR_CHUNK``), the same with each block scored by a torch.compile'd kernel (``index.compile=true``), and in
+  one pass over all pairs (how training scores a batch);
 - brute force: each query CSF is compared with every CSF of the corpus, and the same-form pairs scored.
 Both max-reduce into (query token, document) and sum, so their top 10s must agree. It prints the latency per query
 and its ratio, the operations per query (CSF pairs scored, or surface comparisons for brute force) beside E_OPS and
@@ -70,6 +71,9 @@ def main() -> None:
     def inverted() -> list[torch.Tensor]:
         return [max_sum_scores(bags, postings, pair_chunk=PAIR_CHUNK)[0] for bags in batches]
 
+    def compiled() -> list[torch.Tensor]:
+        return [max_sum_scores(bags, postings, pair_chunk=PAIR_CHUNK, compiled=True)[0] for bags in batches]
+
     def one_pass() -> list[torch.Tensor]:
         return [max_sum_scores(bags, postings)[0] for bags in batches]
 
@@ -81,14 +85,19 @@ def main() -> None:
         for bags in batches[:4]:  # the two agree on every document they score
             scores, columns, _ = max_sum_scores(bags, postings, pair_chunk=PAIR_CHUNK)
             assert torch.equal(scores, max_sum_scores(bags, postings)[0])  # blocks of pairs: the very same floats
+            fused = max_sum_scores(bags, postings, pair_chunk=PAIR_CHUNK, compiled=True)[0]  # compiled once here
+            assert torch.allclose(fused, scores, rtol=1e-5, atol=1e-6)  # another summation order
             assert torch.allclose(brute_force(bags, postings, num_docs)[:, columns], scores, rtol=1e-5, atol=1e-6)
-        timings = side_by_side({"inverted lists": inverted, "one pass": one_pass, "brute force": scan}, repeat=3)
+        searches = {"inverted lists": inverted, "compiled": compiled, "one pass": one_pass, "brute force": scan}
+        timings = side_by_side(searches, repeat=3)
     stats = retriever.efficiency()
     comparisons = stats["csf_per_query"] * len(postings.weight)
     print("| search | ms/query | ratio to inverted | operations/query |")
     print("|---|---|---|---|")
     per_query = {key: 1000 * value / len(texts) for key, value in timings.items()}
     print(f"| inverted lists | {per_query['inverted lists']:.2f} | 1.00 | {stats['pairs_per_query']:,.0f} CSF pairs |")
+    ratio = per_query["compiled"] / per_query["inverted lists"]
+    print(f"| inverted lists, compiled | {per_query['compiled']:.2f} | {ratio:.2f} | the same pairs |")
     ratio = per_query["one pass"] / per_query["inverted lists"]
     print(f"| inverted lists, one pass | {per_query['one pass']:.2f} | {ratio:.2f} | the same pairs |")
     ratio = per_query["brute force"] / per_query["inverted lists"]

@@ -14,8 +14,9 @@ memory-mapped arrays they read, which the kernel can drop):
   families below index: ``sparse`` (exact), ``gip`` (DLR, 768 slices, approximate GIP), ``bmp``, ``lucene_impact``;
 - ``faiss``: a Flat inner-product index of 768-d vectors (bert-base's width; random, since a Flat index's cost
   depends on n and d alone);
-- ``csf_shards``, ``csf``, ``csf_fp16``, ``csf_pruned``, ``csf_split``: CSurF's bags and inverted lists, in float32,
-  float16, pruned at α = 0.5, and split over 2 processes (:mod:`benchmarks.scale_csf`).
+- ``csf_shards``, ``csf``, ``csf_fp16``, ``csf_pruned``, ``csf_split``, ``csf_compiled``: CSurF's bags and inverted
+  lists, in float32, float16, pruned at α = 0.5, split over 2 processes, and scored by a compiled kernel
+  (:mod:`benchmarks.scale_csf`).
 
 Each family's query latency is the 1,200 dev queries at k = 1000, their encoding done before (best of 2). The
 growth exponent between the two largest sizes (time ∝ n^e) projects each figure to 8,841,823 passages.
@@ -52,6 +53,7 @@ STAGES = (
     "csf_fp16",
     "csf_pruned",
     "csf_split",
+    "csf_compiled",
 )
 GROWING = ("seconds", "peak_rss", "peak_anon", "disk", "ms_per_query", "rank_disk")  # projected to MS MARCO
 MEASURES = (*GROWING, "recall_exact", "top10_overlap", "same_run")  # agreement with an exact run: reported

@@ -5,6 +5,8 @@
   reference of the variants below;
 - ``csf_fp16``: the same lists with float16 vectors (``index.vector_dtype=float16``);
 - ``csf_pruned``: post-hoc pruning of the lowest half of the postings (``index.prune_fraction=0.5``);
+- ``csf_compiled``: the float32 lists scored by a torch.compile'd kernel (``index.compile=true``; compiled in the
+  8 warm-up queries);
 - ``csf_split``: the float32 lists split over 2 processes (gloo, one thread each; evaluation under DDP), rank 0
   searching and rank 1 serving; ``rank_disk`` is the larger rank's share of the lists.
 
@@ -146,4 +148,5 @@ def stage_csf_split(collection: Collection, work: Path) -> dict:
 
 
 STAGES = {"csf_shards": stage_csf_shards, "csf": stage_csf, "csf_fp16": variant(vector_dtype="float16"),
-          "csf_pruned": variant(prune_fraction=0.5), "csf_split": stage_csf_split}  # fmt: skip
+          "csf_pruned": variant(prune_fraction=0.5), "csf_split": stage_csf_split,
+          "csf_compiled": variant(compile="true")}  # fmt: skip

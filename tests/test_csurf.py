@@ -244,6 +244,20 @@ def bag_shards(model: CSurF, corpus: dict[str, str], size: int) -> CorpusShards:
     return CorpusShards.on_demand(list(corpus), encode, size)
 
 
+@pytest.mark.slow
+def test_compiled_scoring_gives_the_eager_scores_to_rounding(tiny) -> None:
+    model = sparse_model(vector_dim=8, doc_max_length=24)
+    corpus = {d: tiny.corpus[d] for d in list(tiny.corpus)[:60]}
+    queries = dict(list(tiny.judged_queries("dev").items())[:6])
+    runs = []
+    for compiled in (False, True):
+        shards = bag_shards(model, corpus, 64)
+        runs.append(CsfRetriever(model.encode_query, shards, model.vocab_size, compiled=compiled).search(queries, 20))
+    for qid in queries:  # the same documents with the same scores, to float32 rounding
+        assert runs[1][qid].keys() == runs[0][qid].keys()
+        assert all(runs[1][qid][d] == pytest.approx(s, rel=1e-5, abs=1e-6) for d, s in runs[0][qid].items())
+
+
 def test_pruned_index_drops_postings_and_efficiency_counts_them(tiny) -> None:
     model = sparse_model(vector_dim=4, doc_max_length=16)
     corpus = {d: tiny.corpus[d] for d in list(tiny.corpus)[:20]}

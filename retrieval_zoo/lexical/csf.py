@@ -15,6 +15,8 @@ Training scores a batch through the same function over the batch's documents, an
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable
 from dataclasses import dataclass, fields
 
 import torch
@@ -167,7 +169,11 @@ class Postings:
 
 
 def max_sum_scores(
-    query: CsfBags, postings: Postings, num_docs: int | None = None, pair_chunk: int | None = None
+    query: CsfBags,
+    postings: Postings,
+    num_docs: int | None = None,
+    pair_chunk: int | None = None,
+    compiled: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor, int]:
     """Score(q, d) of §3.3 for every query against the documents its CSFs match.
 
@@ -178,6 +184,9 @@ def max_sum_scores(
             documents some query CSF matches.
         pair_chunk: Score this many CSF pairs at a time (search, without gradients: the pairs' gathered vectors stay
             small, and a max is order-free, so the scores are those of one pass); None scores them all at once.
+        compiled: With ``pair_chunk``, score each block's pairs with one kernel that torch.compile fuses (gathers,
+            products and the dot product; it needs a C++ compiler on the CPU): the same scores to float32 rounding
+            (a dot product summed in another order), not the very same bits.
 
     Returns:
         (B, U) scores, (U,) the document ids of the columns, and the number of CSF pairs scored.
@@ -188,6 +197,8 @@ def max_sum_scores(
     total = int(ends[-1]) if len(ends) else 0
     if pair_chunk is not None and torch.is_grad_enabled():
         raise ValueError("pair_chunk scores in place: search under torch.inference_mode() or no_grad")
+    if compiled and pair_chunk is None:
+        raise ValueError("compiled scoring is for search: give pair_chunk")
     blocks = _csf_blocks(ends, total if pair_chunk is None else pair_chunk)
 
     def pairs(first: int, stop: int, pair_first: int, pair_stop: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -211,10 +222,14 @@ def max_sum_scores(
     query_token = query.text * query.length + query.source  # the query token q_i of each query CSF A
     for block in blocks:
         pair_query, pair_doc = pairs(*block)
-        value = take_rows(query.weight, pair_query) * take_rows(postings.weight, pair_doc)  # w_A·w_B
-        if query.vector is not None:  # ·f(v_A, v_B): dot product of (unit, for cosine) vectors
-            doc_vectors = take_rows(postings.vector, pair_doc).to(query.vector.dtype)
-            value = value * (take_rows(query.vector, pair_query) * doc_vectors).sum(-1)
+        if compiled:
+            fused = fused_pair_values()
+            value = fused(query.weight, postings.weight, query.vector, postings.vector, pair_query, pair_doc)
+        else:
+            value = take_rows(query.weight, pair_query) * take_rows(postings.weight, pair_doc)  # w_A·w_B
+            if query.vector is not None:  # ·f(v_A, v_B): dot product of (unit, for cosine) vectors
+                doc_vectors = take_rows(postings.vector, pair_doc).to(query.vector.dtype)
+                value = value * (take_rows(query.vector, pair_query) * doc_vectors).sum(-1)
         column = take_rows(column_of, take_rows(postings.doc, pair_doc).long())
         index = take_rows(query_token, pair_query) * len(columns) + column
         if pair_chunk is None:
@@ -222,6 +237,39 @@ def max_sum_scores(
         else:
             cells.scatter_reduce_(0, index, value, reduce="amax", include_self=True)
     return cells.view(query.num_texts, query.length, len(columns)).sum(1), columns, total
+
+
+def pair_values(
+    query_weight: torch.Tensor,
+    doc_weight: torch.Tensor,
+    query_vector: torch.Tensor | None,
+    doc_vector: torch.Tensor | None,
+    pair_query: torch.Tensor,
+    pair_doc: torch.Tensor,
+) -> torch.Tensor:
+    """w_A·w_B·f(v_A, v_B) of each CSF pair (§3.3) by plain indexing, without gradients: what torch.compile fuses.
+
+    Args:
+        query_weight: (Kq,) the query CSFs' weights.
+        doc_weight: (Kd,) the postings' weights.
+        query_vector: (Kq, dv) the query CSFs' vectors, or None (|v| = 0).
+        doc_vector: (Kd, dv) the postings' vectors (any float type), or None.
+        pair_query: (P,) the query CSF A of each pair.
+        pair_doc: (P,) its posting B.
+
+    Returns:
+        (P,) the pairs' scores, in the query's float type.
+    """
+    value = query_weight[pair_query] * doc_weight[pair_doc]
+    if query_vector is None:
+        return value
+    return value * (query_vector[pair_query] * doc_vector[pair_doc].to(query_vector.dtype)).sum(-1)
+
+
+@functools.cache
+def fused_pair_values() -> Callable[..., torch.Tensor]:
+    """:func:`pair_values` compiled once, for any number of pairs (dynamic shapes)."""
+    return torch.compile(pair_values, dynamic=True)
 
 
 def _csf_blocks(ends: torch.Tensor, pairs: int) -> list[tuple[int, int, int, int]]:
