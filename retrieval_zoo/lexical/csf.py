@@ -222,14 +222,8 @@ def max_sum_scores(
     query_token = query.text * query.length + query.source  # the query token q_i of each query CSF A
     for block in blocks:
         pair_query, pair_doc = pairs(*block)
-        if compiled:
-            fused = fused_pair_values()
-            value = fused(query.weight, postings.weight, query.vector, postings.vector, pair_query, pair_doc)
-        else:
-            value = take_rows(query.weight, pair_query) * take_rows(postings.weight, pair_doc)  # w_A·w_B
-            if query.vector is not None:  # ·f(v_A, v_B): dot product of (unit, for cosine) vectors
-                doc_vectors = take_rows(postings.vector, pair_doc).to(query.vector.dtype)
-                value = value * (take_rows(query.vector, pair_query) * doc_vectors).sum(-1)
+        score = fused_pair_values() if compiled else pair_values
+        value = score(query.weight, postings.weight, query.vector, postings.vector, pair_query, pair_doc)
         column = take_rows(column_of, take_rows(postings.doc, pair_doc).long())
         index = take_rows(query_token, pair_query) * len(columns) + column
         if pair_chunk is None:
@@ -247,7 +241,7 @@ def pair_values(
     pair_query: torch.Tensor,
     pair_doc: torch.Tensor,
 ) -> torch.Tensor:
-    """w_A·w_B·f(v_A, v_B) of each CSF pair (§3.3) by plain indexing, without gradients: what torch.compile fuses.
+    """w_A·w_B·f(v_A, v_B) of each CSF pair (§3.3), its rows gathered by :func:`take_rows` (a fixed-order backward).
 
     Args:
         query_weight: (Kq,) the query CSFs' weights.
@@ -260,15 +254,16 @@ def pair_values(
     Returns:
         (P,) the pairs' scores, in the query's float type.
     """
-    value = query_weight[pair_query] * doc_weight[pair_doc]
+    value = take_rows(query_weight, pair_query) * take_rows(doc_weight, pair_doc)  # w_A·w_B
     if query_vector is None:
         return value
-    return value * (query_vector[pair_query] * doc_vector[pair_doc].to(query_vector.dtype)).sum(-1)
+    doc_vectors = take_rows(doc_vector, pair_doc).to(query_vector.dtype)  # ·f(v_A, v_B): dot of (unit) vectors
+    return value * (take_rows(query_vector, pair_query) * doc_vectors).sum(-1)
 
 
 @functools.cache
 def fused_pair_values() -> Callable[..., torch.Tensor]:
-    """:func:`pair_values` compiled once, for any number of pairs (dynamic shapes)."""
+    """:func:`pair_values` compiled once, for any number of pairs (dynamic shapes): one fused kernel at search."""
     return torch.compile(pair_values, dynamic=True)
 
 
