@@ -125,7 +125,7 @@ def split_rank(rank: int, port: int, folder: str, work: str, out: str) -> None:
             retriever.search(dict(list(queries.items())[:8]), K)
             run, searching = timed(lambda: retriever.search(queries, K))
             retriever.release()
-            own = sum(t.nbytes for p, _ in retriever.shards for t in (p.ptr, p.doc, p.source, p.weight, p.vector))
+            own = retriever.rank_nbytes
             figures = {"seconds": seconds, "disk": retriever.nbytes, "ms_per_query": 1000 * searching / len(queries)}
             torch.save((figures | {"rank_disk": max(own, retriever.nbytes - own)}, run), out)
     torch.distributed.destroy_process_group()

@@ -108,8 +108,8 @@ class CsfRetriever:
             postings.doc, postings.source = postings.doc.int(), postings.source.short()
             self.shards.append((postings.to(self.device, storage_dtype(vector_dtype)), shards.ranges[shard][0]))
         self.unpruned = int(all_sum(torch.tensor([unpruned]))[0])
-        lists = [(p.ptr, p.doc, p.source, p.weight, p.vector) for p, _ in self.shards]
-        local = [sum(len(p.weight) for p, _ in self.shards), sum(t.nbytes for ts in lists for t in ts if t is not None)]
+        self.rank_nbytes = sum(p.nbytes for p, _ in self.shards)  # this rank's lists
+        local = [sum(len(p.weight) for p, _ in self.shards), self.rank_nbytes]
         self.postings_count, self.nbytes = (int(n) for n in all_sum(torch.tensor(local)))  # of all ranks' lists
         self.list_lengths = all_sum(sum(p.list_lengths().cpu() for p, _ in self.shards))  # n_t: postings of form t
         self.index_seconds = time.perf_counter() - started

@@ -22,7 +22,7 @@ from contextvars import ContextVar
 import torch
 import torch.distributed as dist
 
-from retrieval_zoo.distributed import collective_device, world
+from retrieval_zoo.distributed import collective_device, gather_rows, row_counts, world
 
 STOP = "stop"
 _SPLIT = ContextVar("split_over_processes", default=False)
@@ -91,23 +91,13 @@ def rank_zeros(value: object) -> object:
     return box[0]
 
 
-def pad_columns(scores: torch.Tensor, rows: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """(B, m ≤ k) candidates widened to (B, k) with score −inf and row −1."""
-    missing = k - scores.shape[1]
-    scores = torch.cat([scores, scores.new_full((len(scores), missing), float("-inf"))], dim=1)
-    return scores, torch.cat([rows, rows.new_full((len(rows), missing), -1)], dim=1)
-
-
 def gather_topk(scores: torch.Tensor, rows: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
     """Every rank's (B, ≤ k) top candidates for the same B queries merged into the global top ``k``."""
     if split_world()[1] == 1:
         return merge_rows(scores, rows, k)
-    device = scores.device
-    scores, rows = (t.to(collective_device()) for t in pad_columns(scores, rows, k))
-    parts = [[torch.empty_like(t) for _ in range(split_world()[1])] for t in (scores, rows)]
-    dist.all_gather(parts[0], scores.contiguous())
-    dist.all_gather(parts[1], rows.contiguous())
-    merged = merge_rows(torch.cat(parts[0], dim=1), torch.cat(parts[1], dim=1), k)
+    device, sizes = scores.device, row_counts(scores.shape[1])  # candidates may differ between ranks
+    columns = [gather_rows(t.to(collective_device()).t().contiguous(), sizes)[0].t() for t in (scores, rows)]
+    merged = merge_rows(*columns, k)
     return merged[0].to(device), merged[1].to(device)
 
 

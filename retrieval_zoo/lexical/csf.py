@@ -157,6 +157,12 @@ class Postings:
         doc = docs.text[order] + doc_offset
         return cls(ptr, doc, docs.source[order], docs.weight[order], vector, doc_offset + docs.num_texts)
 
+    @property
+    def nbytes(self) -> int:
+        """Bytes of the lists: offsets, documents, positions, weights and vectors."""
+        tensors = (self.ptr, self.doc, self.source, self.weight, self.vector)
+        return sum(t.nbytes for t in tensors if t is not None)
+
     def list_lengths(self) -> torch.Tensor:
         """(V,) entries per surface form."""
         return self.ptr[1:] - self.ptr[:-1]
