@@ -34,7 +34,7 @@ LAYERS = [  # lowest first; a module may import from its own layer and the ones 
     ("training data", {"training"}),  # the DataModule, negatives, lookups
     ("indexes", {"index"}),
     ("methods", {"methods"}),
-    ("runs", {"validation", "corpus_encoding", "pipeline", "config_check", "summary", "reproduce"}),
+    ("runs", {"validation", "corpus_encoding", "pipeline", "config_check", "summary", "reproduce", "export_ciff"}),
 ]
 
 

@@ -28,7 +28,11 @@ bmp 0.2.8 has limits of its own, which this module works around (tested in ``tes
 
 from __future__ import annotations
 
+import shutil
+import subprocess
+import sys
 import tempfile
+from itertools import chain
 from pathlib import Path
 from typing import Any
 
@@ -37,8 +41,9 @@ import torch
 
 from retrieval_zoo.batching import QueryPrep
 from retrieval_zoo.data.collections import Collection
+from retrieval_zoo.index.ciff import spill, term_lists, write_ciff
 from retrieval_zoo.index.dhr import PartEncoder
-from retrieval_zoo.index.impact import Hits, ImpactRetriever, as_query, document_impacts, quantize
+from retrieval_zoo.index.impact import Hits, ImpactRetriever, as_query, quantize
 from retrieval_zoo.index.shards import CorpusShards
 from retrieval_zoo.index.terms import DHR_GRID, TermIndex
 from retrieval_zoo.lexical.bm25 import BM25
@@ -52,6 +57,7 @@ TERM_LIMIT = 65_536  # and numbers terms in 16 bits
 ANCHOR = "\x00"  # a term no document has: at QUERY_LEVELS it keeps BMP from rescaling the query
 SENTINEL = "\x01"  # the term of the sentinel block, queued last by every query (at weight 1)
 SENTINEL_DOC = "s"  # the sentinel documents' names (real documents are named by their row number)
+CIFF2BMP = "import sys, bmp; bmp.ciff2bmp(sys.argv[1], sys.argv[2], int(sys.argv[3]), False)"
 INSTALL = "pip install bmp==0.2.8 (or pip install -e '.[engines]')"
 
 
@@ -62,6 +68,17 @@ def import_bmp() -> Any:
     except ImportError:
         raise ImportError(f"index=bmp needs the BMP engine, which is not installed: {INSTALL}") from None
     return bmp
+
+
+def ciff_to_bmp(ciff: Path, path: Path, block_size: int) -> None:
+    """BMP's own CIFF reader (``bmp.ciff2bmp``) turns ``ciff`` into the index ``path``, in a child process.
+
+    On a bad file ``ciff2bmp`` exits the process it runs in; in a child that becomes a clear error here.
+    """
+    done = subprocess.run([sys.executable, "-c", CIFF2BMP, str(ciff), str(path), str(block_size)], capture_output=True,
+                          text=True, check=False)  # fmt: skip
+    if done.returncode != 0 or not path.exists():
+        raise RuntimeError(f"bmp.ciff2bmp failed on {ciff} (exit {done.returncode}): {done.stderr.strip()[-2000:]}")
 
 
 def query_impacts(weights: torch.Tensor, term_max: torch.Tensor) -> tuple[torch.Tensor, float, int]:
@@ -120,17 +137,30 @@ class BmpRetriever(ImpactRetriever):
                              f"most {TERM_LIMIT:,}: use index=sparse or index=gip")  # fmt: skip
         self.oversample, self.alpha, self.beta, self.pruned_queries = oversample, alpha, beta, 0
         self._folder = tempfile.TemporaryDirectory(prefix="retrieval_zoo-bmp-") if folder is None else None
-        path = Path(folder or self._folder.name) / "index.bmp"
-        indexer = bmp.Indexer(str(path), block_size, False)
-        for names, vectors in document_impacts(shards, discard, self.scale):
-            for name, vector in zip(names, vectors, strict=True):
-                indexer.add_document(name, vector)
-            self.postings += sum(map(len, vectors))
-        for filler in range(-len(self.docids) % block_size + block_size):  # the last block filled, then one more
-            indexer.add_document(f"{SENTINEL_DOC}{filler}", {SENTINEL: 1})
-        indexer.finish()
+        root = Path(folder or self._folder.name)
+        path, ciff = root / "index.bmp", self._write_ciff(shards, discard, block_size, root)
+        ciff_to_bmp(ciff, path, block_size)
+        ciff.unlink()
         self.nbytes = path.stat().st_size + (self.cls.numel() * 4 if self.cls is not None else 0)
         self.searcher = bmp.Searcher(str(path))
+
+    def _write_ciff(self, shards: CorpusShards, discard: int, block_size: int, root: Path) -> Path:
+        """The corpus's impacts as a CIFF file for BMP, with the sentinel block (module docstring).
+
+        Terms are named by their ids and documents by their rows; the sentinel documents come after the last
+        document's block, filled, and their term (:data:`SENTINEL`) sorts before every id, as CIFF's lists are ordered.
+        """
+        spilled = spill(shards, discard, self.scale, root / "impacts")
+        self.postings, documents = int(spilled.df.sum()), len(self.docids)
+        fillers = -documents % block_size + block_size
+        count, lists = term_lists(spilled, lambda ids: [str(i) for i in ids])
+        sentinel = (SENTINEL, np.arange(documents, documents + fillers), np.ones(fillers, dtype=np.int64))
+        names = chain(map(str, range(documents)), (f"{SENTINEL_DOC}{filler}" for filler in range(fillers)))
+        lengths = np.concatenate([spilled.doc_lengths, np.ones(fillers, dtype=np.int64)])
+        description = f"retrieval_zoo BMP index: {documents:,} documents' 8-bit impacts, terms by vocabulary id"
+        ciff = write_ciff(root / "index.ciff", chain([sentinel], lists), count + 1, names, lengths, description)
+        shutil.rmtree(spilled.folder)
+        return ciff
 
     def query_impacts(self, weights: torch.Tensor) -> tuple[torch.Tensor, float]:
         """:func:`query_impacts` with this corpus's largest impacts (the terms cut are counted)."""

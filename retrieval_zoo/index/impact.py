@@ -54,17 +54,27 @@ def scan(shards: CorpusShards, discard: int, levels: int) -> tuple[float, torch.
     return scale, quantize(term_max, scale), torch.cat(cls_parts) if cls_parts else None
 
 
-def document_impacts(shards: CorpusShards, discard: int, scale: float) -> Iterator[tuple[list[str], list[dict]]]:
-    """Each shard's documents as (row names, {term id as text: impact}), the integer vectors the engines index."""
-    row = 0
+def shard_impacts(shards: CorpusShards, discard: int, scale: float) -> Iterator[tuple[np.ndarray, ...]]:
+    """Each shard's integer impacts as arrays, weights that round to nothing dropped.
+
+    Yields:
+        (n + 1,) int64 row offsets, (nnz,) int64 term ids and (nnz,) int64 impacts, row by row, by term in a row.
+    """
     for _, payload in tqdm(shards, desc="impacts", unit="shard", leave=False):
         weights = to_csr(columns_from(payload["lexical"], discard))
         offsets, columns, values = parts(weights)
         impacts = quantize(values, scale)
-        kept = impacts != 0  # weights that round to nothing
+        kept = impacts != 0
         offsets = offsets_of(entry_rows(offsets)[kept], weights.shape[0])
-        offsets, terms, values = offsets.tolist(), (columns[kept] + discard).tolist(), impacts[kept].tolist()
-        vectors = [dict(zip(map(str, terms[start:stop]), values[start:stop], strict=True))
+        yield offsets.numpy(), (columns[kept] + discard).numpy(), impacts[kept].numpy()
+
+
+def document_impacts(shards: CorpusShards, discard: int, scale: float) -> Iterator[tuple[list[str], list[dict]]]:
+    """Each shard's documents as (row names, {term id as text: impact}), the integer vectors the engines index."""
+    row = 0
+    for offsets, terms, impacts in shard_impacts(shards, discard, scale):
+        offsets, terms, impacts = offsets.tolist(), terms.tolist(), impacts.tolist()
+        vectors = [dict(zip(map(str, terms[start:stop]), impacts[start:stop], strict=True))
                    for start, stop in zip(offsets[:-1], offsets[1:], strict=True)]  # fmt: skip
         yield [str(r) for r in range(row, row + len(vectors))], vectors
         row += len(vectors)
