@@ -71,3 +71,25 @@ def test_corpus_memory_builds_opens_and_reads_a_small_synthetic_corpus(monkeypat
                      "read into a dict instead (read_id_text_tsv)"]  # fmt: skip
     lines = (tmp_path / "collection.tsv").read_text().splitlines()
     assert len(lines) == 3000 and lines[7].startswith("7\t") and len(lines[7].split("\t")[1].split()) == 56
+
+
+def test_pool_agreement_ranks_epochs_by_hand_and_refuses_runs_that_trained_differently(tmp_path, capsys) -> None:
+    import sys
+
+    from benchmarks import pool_agreement
+
+    assert pool_agreement.kendall_tau([1, 2, 3], [10, 30, 20]) == pytest.approx(1 / 3)  # 2 concordant, 1 discordant
+    assert pool_agreement.kendall_tau([1, 2], [5, 5]) == 0  # a tie counts neither way
+    runs = (("full", ["0.5", "0.6"], "2.0"), ("pool", ["0.7", "0.65"], "2.0"), ("other", ["1", "1"], "9"))
+    for name, mrr, loss in runs:
+        (tmp_path / name / "csv").mkdir(parents=True)
+        rows = ["epoch,step,train/loss,val/MRR@10,val/R@100", f"0,9,{loss},,", f"0,10,,{mrr[0]},0.9",
+                f"1,20,,{mrr[1]},0.8"]  # fmt: skip
+        (tmp_path / name / "csv" / "metrics.csv").write_text("\n".join(rows) + "\n")
+    sys.argv = ["pool_agreement", str(tmp_path / "full"), str(tmp_path / "pool")]
+    pool_agreement.main()
+    printed = capsys.readouterr().out
+    assert "full epoch 1, pool epoch 0" in printed and "by val/MRR@10: -1.000" in printed and "R@100: 1.000" in printed
+    sys.argv = ["pool_agreement", str(tmp_path / "full"), str(tmp_path / "other")]
+    with pytest.raises(ValueError, match="did not train the same"):
+        pool_agreement.main()
