@@ -11,7 +11,8 @@ memory-mapped arrays they read, which the kernel can drop):
 - ``datamodule``: the DataModule's setup for CLEAR's recipe (BM25 top 1,000 of every training query as the pool,
   BM25 scores of the sampled pairs), over the bm25 stage's index;
 - ``shards``: BM25's document vectors (``method=dlr_bm25``) encoded into shards on disk, which the term-weight
-  families below index: ``sparse`` (exact), ``gip`` (DLR, 768 slices, approximate GIP), ``bmp``, ``lucene_impact``;
+  families below index: ``sparse`` (exact), ``gip`` (DLR, 768 slices, approximate GIP), ``bmp``, ``lucene_impact``,
+  ``seismic``;
 - ``faiss``: a Flat inner-product index of 768-d vectors (bert-base's width; random, since a Flat index's cost
   depends on n and d alone);
 - ``csf_shards``, ``csf``, ``csf_fp16``, ``csf_pruned``, ``csf_split``, ``csf_compiled``: CSurF's bags and inverted
@@ -47,6 +48,7 @@ STAGES = (
     "gip",
     "bmp",
     "lucene_impact",
+    "seismic",
     "faiss",
     "csf_shards",
     "csf",

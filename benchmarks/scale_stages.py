@@ -127,7 +127,7 @@ def stage_faiss(collection: Collection, work: Path) -> dict:
 
 STAGES = {"collection": stage_collection, "bm25": stage_bm25, "datamodule": stage_datamodule, "shards": stage_shards,
           "faiss": stage_faiss}  # fmt: skip
-STAGES |= {name: term_family(name) for name in ("sparse", "gip", "bmp", "lucene_impact")} | CSF_STAGES
+STAGES |= {name: term_family(name) for name in ("sparse", "gip", "bmp", "lucene_impact", "seismic")} | CSF_STAGES
 
 
 def main() -> None:

@@ -1,9 +1,10 @@
-"""Learned sparse search in existing engines (BMP, Lucene impact) against the project's exact sparse search.
+"""Learned sparse search in existing engines (BMP, Lucene impact, Seismic) against the project's exact search.
 
 On the embedded collection's dev queries, a ``term_weights`` method's lexical vectors (the untrained SPLADE-tiny of
 ``dlr_splade`` by default; ``--method dlr_bm25``; or a trained DeLADE run with ``--run-dir``, its lexical part) are
-encoded once into shards on disk; the exact sparse index (``index=sparse``), BMP (``index=bmp``) and Anserini's
-impact search (``index=lucene_impact``) are built from them, with exact search over each engine's quantized impacts.
+encoded once into shards on disk; the exact sparse index (``index=sparse``), BMP (``index=bmp``), Anserini's impact
+search (``index=lucene_impact``) and Seismic (``index=seismic``, approximate) are built from them, with exact search
+over each quantizing engine's impacts.
 Printed: ms a query (k = 1000, the same queries, encoded before, best of 3 in alternation), MRR@10, R@1000 and
 their difference from exact, the overlap of each query's top 10 and top 1,000 with the exact ones (the latter:
 recall of the exact top 1,000), and the index sizes.
@@ -25,6 +26,7 @@ from retrieval_zoo.evaluation import evaluate, top_k_overlap
 from retrieval_zoo.index.bmp import Bmp
 from retrieval_zoo.index.impact import ImpactRetriever, quantize
 from retrieval_zoo.index.lucene_impact import LuceneImpact
+from retrieval_zoo.index.seismic import Seismic
 from retrieval_zoo.index.shards import CorpusShards
 from retrieval_zoo.index.sparse import SparseRetriever
 from retrieval_zoo.index.terms import Sparse
@@ -94,7 +96,9 @@ def main() -> None:
                       "BMP, α = β = 1 (index=bmp)": engine,
                       "exact search over Lucene's impacts":
                           quantized_reference(lucene, shards, Path(folder) / "quantized_lucene"),
-                      "Lucene impact search (index=lucene_impact)": lucene}  # fmt: skip
+                      "Lucene impact search (index=lucene_impact)": lucene,
+                      "Seismic, MS MARCO settings (index=seismic)":
+                          Seismic().build(model, collection, bm25, shards)}  # fmt: skip
         for retriever in retrievers.values():
             retriever.encode_query = memoized(retriever.encode_query)
         timed = dict(list(queries.items())[: args.timed_queries])
