@@ -157,3 +157,12 @@ def test_delade_cls_trains_and_evaluates_through_dhrs(tiny_dir, tmp_path) -> Non
     assert len((out / "explain.dev.jsonl").read_text().splitlines()) == 6
     logged = (out / "csv" / "metrics.csv").read_text().splitlines()[0].split(",")
     assert {"train/loss/nll", "train/accuracy", "train/score/lexical_positive/mean"} <= set(logged)
+    from tests.test_ciff import export  # the trained run's term weights as CIFF, from its run directory alone
+
+    export(f"run_dir={out}", f"out={tmp_path / 'ciff'}", "levels=1")  # 1 level: only the largest weights survive
+    exported = json.loads((tmp_path / "ciff" / "export.json").read_text())
+    documents = len((tiny_dir / "collection.tsv").read_text().splitlines())  # the run's collection, not the default
+    identity = (exported["method"], exported["dataset"], exported["documents"])
+    assert identity == ("delade_cls", "msmarco_passage", documents)
+    queries = (tmp_path / "ciff" / "queries.dev.jsonl").read_text().splitlines()
+    assert len(queries) == len((tiny_dir / "queries.dev.tsv").read_text().splitlines())
