@@ -63,8 +63,7 @@ def export(cfg: DictConfig, model: torch.nn.Module, out: Path) -> dict:
     if "term_weights" not in getattr(model, "representations", ()):
         raise ValueError(f"method={cfg.method_name} has no term weights to export (representations: "
                          f"{', '.join(getattr(model, 'representations', ()))}); CIFF holds term weights")  # fmt: skip
-    index, collection_bm25 = Sparse(), build_collection_and_bm25(cfg)
-    collection, bm25 = collection_bm25
+    index, (collection, bm25) = Sparse(), build_collection_and_bm25(cfg)
     make_trainer = partial(instantiate(cfg.trainer, _partial_=True), default_root_dir=str(out))
     shards, _ = encode_for_index(model, index, collection, bm25, make_trainer, cfg.encode)
     encoder = model.term_encoder(collection, bm25)

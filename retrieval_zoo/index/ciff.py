@@ -77,7 +77,7 @@ def spill(shards: CorpusShards, discard: int, scale: float, folder: Path) -> Spi
         df = np.pad(df, (0, max(0, len(shard_df) - len(df))))
         df[: len(shard_df)] += shard_df
         first += len(counts)
-    return SpilledImpacts(folder, len(lengths), np.concatenate(lengths).astype(np.int64), df)
+    return SpilledImpacts(folder, len(lengths), np.concatenate(lengths), df)
 
 
 def term_lists(
