@@ -4,7 +4,7 @@ python -m retrieval_zoo.export_ciff run_dir=outputs/<date>/<time>_delade out=exp
 python -m retrieval_zoo.export_ciff method=dlr_splade out=exports/splade_tiny                  # an untrained method
 
 Any method whose representation is ``term_weights`` (SPLADE-tiny's, DeLADE's Eq. 23 bag of words, the DLR/DHR
-fusions' BM25 or SPLADE source vectors). Writes into ``out``:
+fusions' BM25 or SPLADE source vectors, CSurF's bags read with |v| = 0). Writes into ``out``:
 
 - ``index.ciff`` (``gzip=true``: ``index.ciff.gz``): the corpus's lexical vectors as integer impacts, 0 to
   ``levels`` by one scale for the corpus (:mod:`retrieval_zoo.index.impact`), terms named by the vocabulary's strings,

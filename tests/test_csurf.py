@@ -13,6 +13,7 @@ from retrieval_zoo.lexical.csf import CsfBags, Postings, csf_bags, max_sum_score
 from retrieval_zoo.lexical.splade import max_pooled_logits
 from retrieval_zoo.losses import flops, quadratic_warmup
 from retrieval_zoo.methods.csurf import CSurF
+from retrieval_zoo.term_matrix import dense_rows
 from tests.conftest import tiny_encoder
 from tests.conftest import two_query_batch as batch
 
@@ -50,6 +51,35 @@ def test_csf_score_by_hand_on_a_toy_vocabulary() -> None:
             assert blocks[0].tolist() == [[2.75, 1.0]] and blocks[1].tolist() == [100, 101] and blocks[2] == 4
     with pytest.raises(ValueError, match="inference_mode"):
         max_sum_scores(query, Postings.build(docs, vocab_size=10), pair_chunk=2)
+
+
+def test_bags_read_as_term_weights_take_each_forms_largest_weight_by_hand() -> None:
+    # doc 0: form 5 from two sources (1.0, 0.5) and form 9; doc 1: forms 7 and 6; doc 2: no CSF
+    docs = bags([(0, 5, 0, 1.0, [0.0]), (0, 5, 1, 0.5, [0.0]), (0, 9, 2, 1.0, [0.0]), (1, 7, 0, 4.0, [0.0]),
+                 (1, 6, 1, 9.0, [0.0])], 3, 3)  # fmt: skip
+    weights = docs.term_weights(10)
+    assert weights.layout == torch.sparse_csr and weights.shape == (3, 10)
+    expected = torch.zeros(3, 10)
+    expected[0, 5], expected[0, 9], expected[1, 7], expected[1, 6] = 1.0, 1.0, 4.0, 9.0
+    assert torch.equal(dense_rows(weights), expected)
+    # the query of test_csf_score_by_hand_on_a_toy_vocabulary, |v| = 0: forms 5 (2.0), 7 (1.0), 9 (3.0); SPLADE's
+    # sum: doc 0 = 2·1 + 3·1 = 5, doc 1 = 1·4 = 4 (CSurF's max-sum over sources: max(2·1, 1·0) + 3·1 = 5, and 4)
+    query = bags([(0, 5, 0, 2.0, [0.0]), (0, 7, 0, 1.0, [0.0]), (0, 9, 1, 3.0, [0.0])], 1, 2)
+    assert (dense_rows(query.term_weights(10)) @ expected.T).tolist() == [[5.0, 4.0, 0.0]]
+
+
+def test_csurf_term_encoder_gives_its_bags_as_term_weights(tiny) -> None:
+    model = CSurF(tiny_encoder(mlm_head=True), vector_dim=0).eval()
+    encoder = model.term_encoder(tiny, None)
+    texts, docids = list(tiny.judged_queries("dev").values())[:3], list(tiny.corpus)[:4]
+    with torch.inference_mode():
+        queries, cls = encoder.encode_queries(texts)
+        docs = encoder.encode_docs(docids)["lexical"]
+        q_bags, d_bags = model.encode_query(texts), model.encode_doc([tiny.corpus[d] for d in docids])
+    assert cls is None and encoder.discard == 0 and encoder.vocab_size == model.vocab_size
+    assert torch.allclose(dense_rows(queries), dense_rows(q_bags.term_weights(model.vocab_size)))
+    assert torch.allclose(dense_rows(docs), dense_rows(d_bags.term_weights(model.vocab_size)), atol=1e-6)
+    assert "term_weights" in CSurF.representations
 
 
 def test_csf_bags_ground_expansions_and_keep_a_shared_csf_once() -> None:
@@ -292,6 +322,8 @@ def test_two_round_csurf_hn_recipe_runs_as_documented(tiny_dir, tmp_path) -> Non
     logged = (first / "csv" / "metrics.csv").read_text().splitlines()[0].split(",")
     assert {"train/loss/nll", "train/loss/flops_query", "train/loss/flops_doc", "train/csf_per_doc"} <= set(logged)
 
+    export_trained_bags_as_ciff(first, tiny_dir, tmp_path / "ciff")
+
     run_app("evaluate.py", f"run_dir={first}", "eval.split=train", f"hydra.run.dir={mined}")
     run = mined / "run.train.trec"
     assert len({line.split()[0] for line in run.read_text().splitlines()}) == 120
@@ -300,3 +332,34 @@ def test_two_round_csurf_hn_recipe_runs_as_documented(tiny_dir, tmp_path) -> Non
             f"data.teacher_run={run}", f"hydra.run.dir={second}")  # fmt: skip
     logged = (second / "csv" / "metrics.csv").read_text().splitlines()[0].split(",")
     assert "train/loss/kd" in logged and (second / "results.json").exists()
+
+
+def export_trained_bags_as_ciff(run_dir, tiny_dir, out) -> None:
+    """``python -m retrieval_zoo.export_ciff run_dir=<a csurf run>``: the bags read with |v| = 0, as CIFF impacts."""
+    import json
+
+    from ciff_toolkit.read import CiffReader
+
+    from retrieval_zoo.trained import load_trained, trained_config
+    from tests.test_ciff import export
+
+    export(f"run_dir={run_dir}", f"out={out}", f"encode.cache_dir={out / 'cache'}")
+    summary = json.loads((out / "export.json").read_text())
+    reader = CiffReader(out / "index.ciff")
+    first_doc: dict[str, int] = {}  # the first document's impacts, by term
+    for plist in reader.read_postings_lists():
+        if plist.postings[0].docid == 0:
+            first_doc[plist.term] = plist.postings[0].tf
+    lines = (tiny_dir / "collection.tsv").read_text().splitlines()
+    assert [d.collection_docid for d in reader.read_documents()] == [line.split("\t")[0] for line in lines]
+    model = load_trained(run_dir, trained_config(run_dir)).eval()
+    with torch.inference_mode():
+        weights = dense_rows(model.encode_doc([lines[0].split("\t")[1]]).term_weights(model.vocab_size))[0]
+    impacts = torch.round(weights.double() * summary["document_scale"]).long()
+    ids = torch.nonzero(impacts).flatten()
+    names = model.encoder.tokenizer.convert_ids_to_tokens(ids.tolist())
+    expected = dict(zip(names, impacts[ids].tolist(), strict=True))
+    assert summary["method"] == "csurf" and len(expected) > 0
+    for term in first_doc.keys() | expected.keys():  # batched encoding may round an impact the other way, no more
+        assert abs(first_doc.get(term, 0) - expected.get(term, 0)) <= 1, term
+    assert sum(first_doc.values()) == pytest.approx(sum(expected.values()), rel=0.01)

@@ -66,7 +66,7 @@ def test_bmp_scores_the_quantized_inner_product_worked_by_hand() -> None:
     rows[30][2], rows[30][4] = 2.0, 0.5  # 255, 64
     rows[39][5] = 1.0  # matches no query term
     retriever = BmpRetriever(query_encoder({"q": [0.0, 1.0, 0.5, 0.0, 0.0, 0.0]}), corpus(rows), lam=1.0,
-                             discard=0, block_size=8)  # fmt: skip
+                             discard=0, block_size=8, rescore=False)  # fmt: skip
     run = retriever.search({"q1": "q"}, 10)
     scale = 255 / 2.0 * 32  # the query's impacts: 32 and 16
     expected = {"d3": (32 * 255 + 16 * 128) / scale, "d30": 16 * 255 / scale, "d17": 32 * 128 / scale}
@@ -76,14 +76,32 @@ def test_bmp_scores_the_quantized_inner_product_worked_by_hand() -> None:
     assert retriever.lexical_nonzero == 6 / 40
 
 
+def test_rescoring_ranks_bmps_documents_by_the_float_query_against_their_impacts() -> None:
+    rows = [[0.0] * VOCAB for _ in range(16)]
+    rows[4][2] = 2.0  # d4: impact 255 on term 2 (scale 255 / 2)
+    rows[9][1] = 1.0  # d9: impact 128 on term 1
+    encode = query_encoder({"q": [0.0, 1.0, 0.51, 0.0, 0.0, 0.0]})  # BMP's query impacts: 32 and round(16.32) = 16
+    coarse = BmpRetriever(encode, corpus(rows), lam=1.0, discard=0, block_size=4, rescore=False)
+    # 32 levels: d9 = 32 · 128 = 4,096 beats d4 = 16 · 255 = 4,080, though 1.0 · 128 < 0.51 · 255 = 130.05
+    assert list(coarse.search({"q1": "q"}, 10)["q1"]) == ["d9", "d4"]
+    rescored = BmpRetriever(encode, corpus(rows), lam=1.0, discard=0, block_size=4)
+    run = rescored.search({"q1": "q"}, 10)["q1"]
+    assert list(run) == ["d4", "d9"]
+    assert run == pytest.approx({"d4": 0.51 * 255 / 127.5, "d9": 1.0 * 128 / 127.5}, rel=1e-7)  # float32 weights
+    assert list(rescored.search({"q1": "q"}, 1)["q1"]) == ["d4"]  # k = 1: the top of the re-scored list
+    assert rescored.nbytes > coarse.nbytes  # the forward index: 17 offsets, 2 postings
+
+
 def test_a_query_past_16_bits_still_finds_its_top_documents() -> None:
     for terms, pruned, kept in ((12, 0, 12), (40, 1, 32)):  # 12 terms: searched at 21 levels; 40: 8 levels, 8 cut
         rows = [[0.0] * terms for _ in range(16)]
         rows[5], rows[9] = [1.0] * terms, [0.9] * terms  # 255 and 230 on every term: 12 · 32 · 255 would wrap around
-        retriever = BmpRetriever(query_encoder({"q": [1.0] * terms}), corpus(rows), lam=1.0, discard=0, block_size=4)
-        run = retriever.search({"q1": "q"}, 2)["q1"]
-        assert list(run) == ["d5", "d9"] and retriever.pruned_queries == pruned
-        assert run["d5"] == pytest.approx(kept * 1.0 * 1.0, rel=0.03)  # the kept terms, at 21 or 8 query levels
+        for rescore, score in ((False, kept), (True, terms)):  # BMP's score: the kept terms, at 21 or 8 levels;
+            retriever = BmpRetriever(query_encoder({"q": [1.0] * terms}), corpus(rows), lam=1.0, discard=0,
+                                     block_size=4, rescore=rescore)  # fmt: skip
+            run = retriever.search({"q1": "q"}, 2)["q1"]
+            assert list(run) == ["d5", "d9"] and retriever.pruned_queries == pruned
+            assert run["d5"] == pytest.approx(score * 1.0 * 1.0, rel=0.03)  # re-scored: every term, at float weight
 
 
 def test_the_cls_part_reranks_the_engines_candidates_and_searches_alone() -> None:
@@ -143,10 +161,16 @@ def engine_runs(index, tmp_path) -> tuple[dict, dict, object]:
 
 @pytest.mark.slow
 def test_bmp_ranks_as_exact_search_over_its_impacts_on_the_embedded_collection(tmp_path) -> None:
-    from retrieval_zoo.evaluation import top_k_overlap
+    from retrieval_zoo.data.collections import embedded
+    from retrieval_zoo.evaluation import evaluate, top_k_overlap
 
-    runs, mrr, engine = engine_runs(Bmp(), tmp_path)
-    assert abs(mrr["engine"] - mrr["exact"]) <= 0.002  # issue 21's bound
-    assert top_k_overlap(runs["engine"], runs["impacts"], 10) >= 0.995  # the engine searches its impacts exactly ...
-    assert top_k_overlap(runs["engine"], runs["exact"], 10) >= 0.975  # ... and 8-bit impacts cost 2% (0.982 measured)
+    runs, mrr, engine = engine_runs(Bmp(), tmp_path)  # re-scored (the default)
+    assert abs(mrr["engine"] - mrr["exact"]) <= 0.002  # issue 21's bounds
+    assert top_k_overlap(runs["engine"], runs["exact"], 10) >= 0.99
+    engine.forward = None  # index.rescore=false: BMP's own ranking
+    collection = embedded("default")
+    coarse = engine.search(collection.judged_queries("dev"), 1000, part="lexical")
+    assert abs(evaluate(coarse, collection.qrels["dev"])["MRR@10"] - mrr["exact"]) <= 0.002
+    assert top_k_overlap(coarse, runs["impacts"], 10) >= 0.995  # the engine searches its impacts exactly ...
+    assert top_k_overlap(coarse, runs["exact"], 10) >= 0.975  # ... and its 32 query levels cost 2% (0.982 measured)
     assert engine.pruned_queries == 0

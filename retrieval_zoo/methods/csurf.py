@@ -8,7 +8,11 @@ pairs of w_q·w_d·f(v_q, v_d), f = cosine or dot, or weights alone with |v| = 0
 NLL over BM25 and in-batch negatives (L_ret) and the FLOPS regularisers λ_q·L_reg^q + λ_d·L_reg^d (§3.5), λ warmed
 up quadratically; CSurF_HN adds a KL term to teacher scores over each query's group (L_HN). The model produces
 ``csf_bags``, searched through inverted lists scored exactly as training scores (``index=csf``;
-:mod:`retrieval_zoo.index.csf`).
+:mod:`retrieval_zoo.index.csf`), and ``term_weights``: each bag read with |v| = 0, a surface form's largest weight
+(:meth:`CsfBags.term_weights`), scored by their inner product, SPLADE's sum where CSurF takes the max-sum over source
+tokens (§3.4), for the term-weight indexes (``index=sparse``, ``bmp``, ``lucene_impact``, ``seismic``, ``gip``) and
+CIFF (``python -m retrieval_zoo.export_ciff``). The vectors are left out: for a model trained with |v| > 0 these are
+its weights alone, not the model.
 """
 
 from __future__ import annotations
@@ -18,8 +22,12 @@ from typing import ClassVar
 import torch
 import torch.nn.functional as F
 
+from retrieval_zoo.batching import encode_payload
+from retrieval_zoo.data.collections import Collection
 from retrieval_zoo.distributed import global_mean
 from retrieval_zoo.encoder import Encoder
+from retrieval_zoo.index.terms import TermEncoder
+from retrieval_zoo.lexical.bm25 import BM25
 from retrieval_zoo.lexical.csf import BAGS, CsfBags, Postings, csf_bags, gather_bags, max_sum_scores
 from retrieval_zoo.lexical.splade import max_pooled_logits, mlm_head_parts
 from retrieval_zoo.losses import (
@@ -58,7 +66,7 @@ class CSurF(RetrievalMethod):
         val_k: Validation retrieval depth.
     """
 
-    representations: ClassVar[tuple[str, ...]] = ("csf_bags",)
+    representations: ClassVar[tuple[str, ...]] = ("csf_bags", "term_weights")
 
     def __init__(
         self,
@@ -119,6 +127,24 @@ class CSurF(RetrievalMethod):
     def encode_doc(self, texts: list[str] | Tokens) -> CsfBags:
         """(N,) texts, or their tokens → their bags of CSFs."""
         return self.encode_bags(*self.encoder.tokenize(texts, "doc"))[0]
+
+    def term_encoder(self, collection: Collection, bm25: BM25) -> TermEncoder:
+        """Queries' and the collection's documents' bags as term weights (|v| = 0; module docstring)."""
+
+        def encode_queries(texts: list[str]) -> tuple[torch.Tensor, None]:
+            return self.encode_query(texts).term_weights(self.vocab_size), None
+
+        def weights(batch: list[str] | Tokens) -> dict[str, torch.Tensor]:
+            return {"lexical": self.encode_doc(batch).term_weights(self.vocab_size)}
+
+        texts = self.corpus_texts(collection)  # the corpus's cached tokens
+
+        def encode_docs(docids: list[str]) -> dict[str, torch.Tensor]:
+            return encode_payload(weights, texts(docids), self.encode_batch_size, "docs")
+
+        terms = self.encoder.tokenizer.convert_ids_to_tokens
+        return TermEncoder(encode_queries, encode_docs, self.vocab_size, 0, terms, 1.0, self.encode_batch_size,
+                           self.query_prep())  # fmt: skip
 
     def score(self, queries: CsfBags, docs: CsfBags) -> torch.Tensor:
         """Score(q, d) of §3.3 for every query and document: B and N bags → (B, N)."""
