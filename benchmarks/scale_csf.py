@@ -76,13 +76,16 @@ def searched(collection: Collection, work: Path, **index_settings: object) -> tu
 
 
 def agreement(run: Run, exact: Run) -> dict[str, float]:
-    """``recall_exact``: the share of ``exact``'s top 1000 in ``run``'s; ``top10_overlap``: the same for the top 10."""
+    """``recall_exact``: the share of ``exact``'s top 1000 in ``run``'s; ``top10_overlap``: the same for the top 10.
+
+    Averaged over the queries for which ``exact`` lists any document.
+    """
 
     def top(ranking: dict[str, float], depth: int) -> set[str]:
         return set(sorted(ranking, key=lambda d: (-ranking[d], d))[:depth])
 
     def share(depth: int) -> float:
-        kept = [len(top(run[q], depth) & top(exact[q], depth)) / max(1, len(top(exact[q], depth))) for q in exact]
+        kept = [len(top(run[q], depth) & top(exact[q], depth)) / len(top(exact[q], depth)) for q in exact if exact[q]]
         return sum(kept) / len(kept)
 
     return {"recall_exact": share(K), "top10_overlap": share(10)}
