@@ -72,6 +72,11 @@ def test_every_dataset_instantiates(dataset: str, tiny_dir: Path, tmp_path: Path
     if dataset == "beir":
         beir_layout(tiny_dir, tmp_path)
         overrides.append(f"dataset.root={tmp_path}")
+    if dataset == "irds":  # a dataset registered with ir_datasets' API on the tiny files
+        from tests.test_irds import register_file
+
+        register = register_file(tiny_dir, tmp_path, "zoo-configs")
+        overrides += ["dataset.id=zoo-configs/train", "dataset.eval_id=zoo-configs/dev", f"dataset.register={register}"]
     collection = instantiate(composed(*overrides).dataset)
     assert isinstance(collection, Collection)
     assert collection.judged_queries(collection.eval_split)

@@ -41,6 +41,8 @@ class Collection:
         corpus_files: Those of ``files`` that hold the documents, whose content defines :attr:`corpus_fingerprint`.
         train_split: The split training queries come from.
         eval_split: The split evaluation reports by default (MS MARCO: dev-small).
+        digests: SHA-256 of content read from elsewhere than ``files`` (ir_datasets), by part (``corpus``,
+            ``queries``, ``qrels``): part of :attr:`fingerprint`, and the corpus's of :attr:`corpus_fingerprint`.
     """
 
     name: str
@@ -51,6 +53,7 @@ class Collection:
     train_split: str = "train"
     eval_split: str = "dev"
     corpus_files: list[Path] = field(default_factory=list)
+    digests: dict[str, str] = field(default_factory=dict)
 
     @cached_property
     def corpus_fingerprint(self) -> str:
@@ -61,12 +64,15 @@ class Collection:
         """
         if self.corpus_files:
             return fingerprint([file_digest(p) for p in self.corpus_files])
+        if "corpus" in self.digests:
+            return fingerprint("corpus content", self.digests["corpus"])
         return fingerprint("in-memory corpus", sorted(self.corpus.items()))
 
     @cached_property
     def fingerprint(self) -> str:
-        """Hash of every file's content."""
-        return fingerprint([file_digest(p) for p in self.files])
+        """Hash of every file's content (and of :attr:`digests`)."""
+        files = [file_digest(p) for p in self.files]
+        return fingerprint(files, sorted(self.digests.items())) if self.digests else fingerprint(files)
 
     def judged_queries(self, split: str) -> dict[str, str]:
         """Queries of ``split`` that have at least one relevant document, in qid order of the qrels."""

@@ -21,8 +21,10 @@ repeats an earlier id, as the in-memory reader names it.
 
 from __future__ import annotations
 
+import hashlib
+import json
 from array import array
-from collections.abc import Callable, ItemsView, Iterator, ValuesView
+from collections.abc import Callable, ItemsView, Iterable, Iterator, ValuesView
 from collections.abc import Mapping as MappingABC
 from pathlib import Path
 
@@ -58,6 +60,10 @@ class CorpusStore(MappingABC):
 
     def __reduce__(self) -> tuple:  # pickled as its folder, never as the mapped arrays
         return CorpusStore, (self.folder,)
+
+    def facts(self) -> dict:
+        """What the build recorded in ``ready.json``: the counts, the source, the content's SHA-256."""
+        return json.loads((self.folder / "ready.json").read_text())
 
     def __len__(self) -> int:
         return len(self.index)
@@ -121,12 +127,24 @@ def corpus_store(path: str | Path, kind: str, cache_dir: str | Path | None = Non
 
 def build(path: Path, kind: str, folder: Path) -> None:
     """Read ``path`` line by line into a store in ``folder`` (module docstring)."""
+    read_line = READERS[kind]
+    build_from((read_line(path, lineno, line) for lineno, line in numbered_lines(path)), path, folder)
+
+
+def build_from(records: Iterable[tuple[str, str]], source: str | Path, folder: Path) -> str:
+    """Write (id, text) ``records`` into a store in ``folder``; the SHA-256 of their content.
+
+    ``source`` names where they come from in errors (a file, or an ir_datasets id; a duplicate id is named by its
+    record's number, the line of a file) and in ``ready.json``.
+    """
     folder.mkdir(parents=True)
-    read_line, id_chunks, ids, offsets, written = READERS[kind], [], [], array("q", [0]), 0
+    id_chunks, ids, offsets, written, digest = [], [], array("q", [0]), 0, hashlib.sha256()
+    name = Path(source).name if isinstance(source, Path) else str(source)
     with open(folder / "texts.bin", "wb") as texts:
-        for lineno, line in tqdm(numbered_lines(path), desc=f"store {path.name}", unit=" docs", mininterval=5):
-            docid, text = read_line(path, lineno, line)
+        for docid, text in tqdm(records, desc=f"store {name}", unit=" docs", mininterval=5):
             data = text.encode("utf-8")
+            digest.update(f"{len(docid)}:{docid}{len(data)}:".encode())
+            digest.update(data)
             texts.write(data)
             written += len(data)
             offsets.append(written)
@@ -140,12 +158,13 @@ def build(path: Path, kind: str, folder: Path) -> None:
     repeated = np.flatnonzero(all_ids[order[1:]] == all_ids[order[:-1]])
     if len(repeated):  # the first line, in file order, that repeats an earlier id (rows are lines − 1)
         row = int(order[1:][repeated].min())
-        raise FormatError(path, row + 1, f"duplicate document id {str(all_ids[row])!r}")
+        raise FormatError(source, row + 1, f"duplicate document id {str(all_ids[row])!r}")
     np.save(folder / "offsets.npy", np.frombuffer(offsets, dtype=np.int64))
     np.save(folder / "ids.npy", all_ids)
     np.save(folder / "order.npy", order)
     np.save(folder / "sorted.npy", all_ids[order])
-    seal(folder, FILES, documents=len(all_ids), source=str(path))
+    seal(folder, FILES, documents=len(all_ids), source=str(source), digest=digest.hexdigest())
+    return digest.hexdigest()
 
 
 class CorpusSubset(MappingABC):
