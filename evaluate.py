@@ -1,6 +1,7 @@
 """Evaluate a trained run directory, or an untrained method, beside BM25.
 
 python evaluate.py run_dir=outputs/2026-11-21/12-00-00      # the best checkpoint of a train.py run
+python evaluate.py model_dir=exports/clear                    # a run exported by python -m retrieval_zoo.export
 python evaluate.py method=bm25 dataset=msmarco_passage dataset.root=/data/msmarco
 """
 
@@ -17,6 +18,7 @@ from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
 from retrieval_zoo.config_check import check_config
+from retrieval_zoo.exported import load, manifest
 from retrieval_zoo.pipeline import build_collection_and_bm25, encode_for_index, evaluate_method
 from retrieval_zoo.trained import load_trained, trained_config
 
@@ -102,20 +104,26 @@ def check_tuning_is_held_out(trained: DictConfig, overrides: list[str]) -> None:
 def main(cfg: DictConfig) -> dict[str, dict[str, float]]:
     """Search the evaluation split, write the TREC run and results.json, print the table beside BM25.
 
-    With ``run_dir``, the trained run's config is used (its evaluation settings and held-out tuning slice
-    included), with the command line's ``dataset``, ``bm25``, ``eval.*`` and ``method.*`` values on top, and the
-    fusion weight the run tuned (:func:`reuse_tuned_weight`).
+    With ``run_dir`` (or ``model_dir``, a run exported by ``python -m retrieval_zoo.export``), the trained run's
+    config is used (its evaluation settings and held-out tuning slice included), with the command line's
+    ``dataset``, ``bm25``, ``eval.*`` and ``method.*`` values on top, and the fusion weight the run tuned
+    (:func:`reuse_tuned_weight`).
     """
     out_dir = Path(HydraConfig.get().runtime.output_dir)
-    if cfg.run_dir:
-        run_dir, overrides = Path(cfg.run_dir), list(HydraConfig.get().overrides.task)
+    if cfg.run_dir and cfg.model_dir:
+        raise ValueError("give run_dir (a train.py run) or model_dir (an export of one), not both")
+    if cfg.run_dir or cfg.model_dir:
+        run_dir, overrides = Path(cfg.run_dir or cfg.model_dir), list(HydraConfig.get().overrides.task)
+        exported = bool(cfg.model_dir)
+        if exported:
+            manifest(run_dir)  # an exported folder, of this format: else a clear error naming the file
         trained = trained_config(run_dir)
         trained_index = str(trained.get("index_name"))
         cfg = apply_overrides(trained, cfg, overrides)
         reuse_tuned_weight(cfg, run_dir, trained_index, overrides)
         check_tuning_is_held_out(cfg, overrides)
         check_config(cfg)
-        model = load_trained(run_dir, cfg)
+        model = load(run_dir, cfg) if exported else load_trained(run_dir, cfg)
     else:
         check_config(cfg)
         L.seed_everything(cfg.seed)  # an untrained model's initialisation, the same on every rank

@@ -1,0 +1,157 @@
+"""A trained run exported as a self-contained Hugging Face-style folder (:mod:`retrieval_zoo.exported`).
+
+python -m retrieval_zoo.export run_dir=outputs/<date>/<time>_clear out=exports/clear
+python evaluate.py model_dir=exports/clear        # the run's own TREC run, from the folder alone
+
+The folder is built beside ``out`` and renamed into place when complete; ``out`` must be empty, missing, or an
+earlier export of the same run (replaced). ``push_to_hub=<repo id>`` uploads it afterwards (``HF_TOKEN`` from the
+environment), through :func:`upload`.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import hydra
+from omegaconf import DictConfig, OmegaConf
+
+from retrieval_zoo.cache import atomic_path
+from retrieval_zoo.exported import FORMAT, MANIFEST, WEIGHTS, encoder_modules, folder_name
+from retrieval_zoo.trained import load_trained, trained_config
+
+CITATIONS = {
+    "clear": "Luyu Gao, Zhuyun Dai, Tongfei Chen, Zhen Fan, Benjamin Van Durme and Jamie Callan. Complement Lexical "
+    "Retrieval Model with Semantic Residual Embeddings. ECIR 2021.",
+    "roc": "Dohyeon Lee, Seung-won Hwang, Kyungjae Lee, Seungtaek Choi and Sunghyun Park. On Complementarity "
+    "Objectives for Hybrid Retrieval. ACL 2023.",
+    "delade": "Sheng-Chieh Lin and Jimmy Lin. A Dense Representation Framework for Lexical and Semantic Matching. "
+    "ACM Transactions on Information Systems, 2023.",
+    "csurf": "Zhen Fan, Luyu Gao and Jamie Callan. CSurF: Sparse Lexical Retrieval through Contextualized Surface "
+    "Forms. ICTIR 2023.",
+}
+
+
+def citation(method_name: str) -> str:
+    """The paper a method implements (DeLADE's for ``delade*`` and the DLR/DHR fusions)."""
+    key = next(
+        (k for k in CITATIONS if method_name.startswith(k)), "delade" if method_name[:3] in ("dlr", "dhr") else ""
+    )
+    return CITATIONS.get(key, "The dense bi-encoder reference of retrieval_zoo (no paper).")
+
+
+def model_card(run: DictConfig, results: dict, encoders: dict[str, str]) -> str:
+    """``README.md`` in the Hugging Face model-card format: front matter, metrics, data, config, citation, usage."""
+    name, dataset = str(run.method_name), str(run.get("dataset_name", run.dataset.get("name", "")))
+    rows = [f"| {system} | " + " | ".join(f"{value:.4f}" for value in metrics.values()) + " |"
+            for system, metrics in results.get("metrics", {}).items()]  # fmt: skip
+    measures = next(iter(results.get("metrics", {}).values()), {})
+    table = "\n".join([f"| system | {' | '.join(measures)} |", "|---|" + "---|" * len(measures), *rows])
+    tuned = results.get("tuning") or {}
+    return f"""---
+library_name: retrieval_zoo
+license: apache-2.0
+tags: [retrieval_zoo, information-retrieval, first-stage-retrieval, {name}]
+---
+
+# retrieval_zoo: `{name}` trained on `{dataset}`
+
+Method `{name}` with the `{run.get("backbone_name", "")}` backbone, trained by retrieval_zoo (`python train.py`) on
+`{dataset}` and evaluated on its `{results.get("split", "")}` split ({results.get("queries", "?")} queries, depth
+{results.get("k", "?")}) with the index `{run.get("index_name", "")}`.
+
+{table}
+
+Retrieval-time weight tuned by the run: {json.dumps(tuned) if tuned else "none"}. The encoders are in
+{", ".join(f"`{f}/`" for f in encoders.values())}; the training config is `run_config.yaml`.
+
+## Usage
+
+```bash
+pip install retrieval_zoo  # this repository: pip install -c constraints.txt -e .
+python evaluate.py model_dir=<this folder>               # the run's own evaluation, from this folder alone
+python evaluate.py model_dir=<this folder> dataset=beir dataset.root=/data/beir/scifact
+```
+
+```python
+import retrieval_zoo.exported
+
+model = retrieval_zoo.exported.load("<this folder>")
+queries = model.encode_query(["what is a debian package"])
+```
+
+## Citation
+
+{citation(name)}
+"""
+
+
+def write_export(run_dir: Path, folder: Path) -> dict:
+    """Everything of the module docstring, written into ``folder`` (a new directory)."""
+    from safetensors.torch import save_file
+
+    run = trained_config(run_dir)
+    model = load_trained(run_dir, run).eval()
+    modules = encoder_modules(model)
+    encoders = {path: folder_name(path) for path in modules}
+    folder.mkdir(parents=True)
+    for path, encoder in modules.items():
+        encoder.model.save_pretrained(folder / encoders[path], safe_serialization=True)
+        encoder.tokenizer.save_pretrained(folder / encoders[path])
+    own = tuple(f"{path}.model." for path in modules)
+    rest = {key: value.detach().contiguous().clone() for key, value in model.state_dict().items()
+            if not key.startswith(own)}  # fmt: skip
+    save_file(rest, folder / WEIGHTS)
+    results_path = run_dir / "results.json"
+    results = json.loads(results_path.read_text()) if results_path.exists() else {}
+    if results:
+        shutil.copy(results_path, folder / "results.json")
+    OmegaConf.save(run, folder / "run_config.yaml")
+    summary = {"format": FORMAT, "method_name": str(run.method_name), "run_dir": str(run_dir.resolve()),
+               "encoders": encoders, "weights": WEIGHTS, "tuning": results.get("tuning") or None}  # fmt: skip
+    (folder / MANIFEST).write_text(json.dumps(summary, indent=2) + "\n")
+    (folder / "README.md").write_text(model_card(run, results, encoders))
+    return summary
+
+
+def check_out(out: Path, run_dir: Path) -> None:
+    """``out`` may be missing, empty, or an export of this run; another model there is an error naming it."""
+    if not out.exists() or not any(out.iterdir()):
+        return
+    found = out / MANIFEST
+    if not found.exists():
+        raise FileExistsError(f"{out} is not empty and holds no export ({MANIFEST}): pick another out=")
+    earlier = json.loads(found.read_text()).get("run_dir")
+    if earlier != str(run_dir.resolve()):
+        raise FileExistsError(f"{found}: {out} holds the export of {earlier}, not of {run_dir}: pick another out=")
+
+
+def upload(folder: Path, repo_id: str, api: object | None = None) -> str:
+    """Upload ``folder`` to the hub repository ``repo_id`` (created private when missing); its URL."""
+    if api is None:
+        from huggingface_hub import HfApi
+
+        api = HfApi()  # the token from HF_TOKEN or the login
+    api.create_repo(repo_id, exist_ok=True, private=True)
+    return str(api.upload_folder(folder_path=str(folder), repo_id=repo_id))
+
+
+@hydra.main(config_path="../conf", config_name="export", version_base="1.3")
+def main(cfg: DictConfig) -> dict:
+    """Export ``run_dir`` into ``out`` (module docstring)."""
+    run_dir, out = Path(cfg.run_dir), Path(cfg.out)
+    if not (run_dir / "checkpoints").is_dir():
+        raise FileNotFoundError(f"{run_dir / 'checkpoints'} not found: run_dir must be a train.py run with a "
+                                "checkpoint")  # fmt: skip
+    check_out(out, run_dir)
+    with atomic_path(out) as building:  # an earlier export of the run is replaced when this one is complete
+        summary = write_export(run_dir, building)
+    print(f"[export] method={summary['method_name']} → {out}")
+    if cfg.push_to_hub:
+        print(f"[export] uploaded: {upload(out, str(cfg.push_to_hub))}")
+    return summary
+
+
+if __name__ == "__main__":
+    main()

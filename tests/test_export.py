@@ -1,0 +1,104 @@
+"""``python -m retrieval_zoo.export``: a trained run as a self-contained folder, evaluated from it alone."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from retrieval_zoo.export import check_out, citation, model_card, upload
+from retrieval_zoo.exported import FORMAT, MANIFEST, manifest
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def export(*overrides: str, ok: bool = True) -> str:
+    done = subprocess.run([sys.executable, "-m", "retrieval_zoo.export", *overrides], cwd=REPO, capture_output=True,
+                          text=True, timeout=600)  # fmt: skip
+    assert (done.returncode == 0) == ok, done.stdout[-3000:] + done.stderr[-3000:]
+    return done.stdout + done.stderr
+
+
+def test_out_must_be_empty_or_an_export_of_the_same_run(tmp_path: Path) -> None:
+    run, other = tmp_path / "run", tmp_path / "other"
+    check_out(tmp_path / "missing", run)
+    (tmp_path / "empty").mkdir()
+    check_out(tmp_path / "empty", run)
+    (tmp_path / "busy").mkdir()
+    (tmp_path / "busy" / "notes.txt").write_text("mine")
+    with pytest.raises(FileExistsError, match="holds no export"):
+        check_out(tmp_path / "busy", run)
+    (tmp_path / "export").mkdir()
+    (tmp_path / "export" / MANIFEST).write_text(json.dumps({"format": FORMAT, "run_dir": str(run.resolve())}))
+    check_out(tmp_path / "export", run)
+    with pytest.raises(FileExistsError, match=rf"{MANIFEST}: .* holds the export of .*run, not of .*other"):
+        check_out(tmp_path / "export", other)
+
+
+def test_a_folder_of_another_format_or_none_is_refused_naming_the_file(tmp_path: Path) -> None:
+    with pytest.raises(FileNotFoundError, match=rf"{MANIFEST} not found"):
+        manifest(tmp_path)
+    (tmp_path / MANIFEST).write_text(json.dumps({"format": FORMAT + 1}))
+    with pytest.raises(ValueError, match=rf"{MANIFEST}: format {FORMAT + 1}, this retrieval_zoo reads format"):
+        manifest(tmp_path)
+
+
+def test_push_to_hub_goes_as_far_as_the_upload_call(tmp_path: Path) -> None:
+    calls = []
+
+    class Hub:  # stands in for huggingface_hub.HfApi: the tests never upload
+        def create_repo(self, repo_id: str, exist_ok: bool, private: bool) -> None:
+            calls.append(("create_repo", repo_id, exist_ok, private))
+
+        def upload_folder(self, folder_path: str, repo_id: str) -> str:
+            calls.append(("upload_folder", folder_path, repo_id))
+            return f"https://huggingface.co/{repo_id}"
+
+    assert upload(tmp_path, "me/clear-tiny", Hub()) == "https://huggingface.co/me/clear-tiny"
+    assert calls == [("create_repo", "me/clear-tiny", True, True), ("upload_folder", str(tmp_path), "me/clear-tiny")]
+
+
+def test_the_model_card_has_front_matter_metrics_and_the_papers_citation() -> None:
+    from omegaconf import OmegaConf
+
+    run = OmegaConf.create({"method_name": "csurf", "dataset_name": "tiny", "backbone_name": "splade_tiny",
+                            "index_name": "csf", "dataset": {"name": "tiny"}})  # fmt: skip
+    results = {"metrics": {"BM25": {"MRR@10": 0.5, "R@1000": 0.9}, "csurf": {"MRR@10": 0.625, "R@1000": 0.95}},
+               "split": "dev", "queries": 30, "k": 1000, "tuning": {}}  # fmt: skip
+    card = model_card(run, results, {"encoder": "encoder"})
+    assert card.startswith("---\nlibrary_name: retrieval_zoo\nlicense: apache-2.0\n")
+    assert "| csurf | 0.6250 | 0.9500 |" in card and "| system | MRR@10 | R@1000 |" in card
+    assert "CSurF: Sparse Lexical Retrieval through Contextualized Surface Forms. ICTIR 2023." in card
+    assert "evaluate.py model_dir=" in card
+    assert "Lin and Jimmy Lin" in citation("dlr_splade") and "Residual Embeddings" in citation("clear")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("method", ["clear", "roc"])
+def test_an_exported_run_evaluates_from_its_folder_to_the_runs_own_trec_run(method, tiny_dir, tmp_path) -> None:
+    from tests.test_end_to_end import run_app, tiny_dataset
+
+    run, out = tmp_path / "run", tmp_path / "export"
+    common = ["backbone=tiny_random", "trainer=cpu", "trainer.max_steps=3", "data.batch_size=8", "data.val_queries=10",
+              "eval.k=100", "logger=csv"]  # fmt: skip
+    run_app("train.py", f"method={method}", *tiny_dataset(tiny_dir), *common, f"hydra.run.dir={run}")
+    export(f"out={out}", f"run_dir={tmp_path / 'missing'}", ok=False)  # no checkpoint: refused, nothing written
+    assert not out.exists()
+    export(f"run_dir={run}", f"out={out}")
+    found = json.loads((out / MANIFEST).read_text())
+    assert found["method_name"] == method and (out / "encoder" / "model.safetensors").exists()
+    assert (out / "encoder" / "tokenizer.json").exists() and (out / "README.md").exists()
+    assert not any(out.glob("*.ckpt")) and not (out / "checkpoints").exists()
+    run_app("evaluate.py", f"model_dir={out}", f"hydra.run.dir={tmp_path / 'from_folder'}")
+    run_app("evaluate.py", f"run_dir={run}", f"hydra.run.dir={tmp_path / 'from_checkpoint'}")
+    from_folder = (tmp_path / "from_folder" / "run.dev.trec").read_text()
+    assert from_folder == (tmp_path / "from_checkpoint" / "run.dev.trec").read_text()
+    export(f"run_dir={run}", f"out={out}")  # the same run again: replaced
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "checkpoints").mkdir()
+    assert "holds the export of" in export(f"run_dir={other}", f"out={out}", ok=False)
+    wrong = "method=dense" if method != "dense" else "method=clear"
+    stderr = run_app("evaluate.py", f"model_dir={out}", wrong, f"hydra.run.dir={tmp_path / 'wrong'}", ok=False)
+    assert "trained method=" in stderr or "holds method=" in stderr
