@@ -18,6 +18,7 @@ import hydra
 from omegaconf import DictConfig, OmegaConf
 
 from retrieval_zoo.cache import atomic_path
+from retrieval_zoo.ecosystem import is_pooled_dense, write_sentence_transformers
 from retrieval_zoo.exported import FORMAT, MANIFEST, WEIGHTS, encoder_modules, folder_name
 from retrieval_zoo.trained import load_trained, trained_config
 
@@ -108,8 +109,13 @@ def write_export(run_dir: Path, folder: Path) -> dict:
     if results:
         shutil.copy(results_path, folder / "results.json")
     OmegaConf.save(run, folder / "run_config.yaml")
+    sentence_transformers = is_pooled_dense(model) and len(modules) == 1
+    if sentence_transformers:
+        path = next(iter(modules))
+        write_sentence_transformers(modules[path], folder, encoders[path])
     summary = {"format": FORMAT, "method_name": str(run.method_name), "run_dir": str(run_dir.resolve()),
-               "encoders": encoders, "weights": WEIGHTS, "tuning": results.get("tuning") or None}  # fmt: skip
+               "encoders": encoders, "weights": WEIGHTS, "tuning": results.get("tuning") or None,
+               "sentence_transformers": sentence_transformers}  # fmt: skip
     (folder / MANIFEST).write_text(json.dumps(summary, indent=2) + "\n")
     (folder / "README.md").write_text(model_card(run, results, encoders))
     return summary

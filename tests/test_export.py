@@ -90,6 +90,8 @@ def test_an_exported_run_evaluates_from_its_folder_to_the_runs_own_trec_run(meth
     assert found["method_name"] == method and (out / "encoder" / "model.safetensors").exists()
     assert (out / "encoder" / "tokenizer.json").exists() and (out / "README.md").exists()
     assert not any(out.glob("*.ckpt")) and not (out / "checkpoints").exists()
+    assert found["sentence_transformers"]  # CLEAR's embedding, RoC's [CLS] side: pooled hidden states
+    same_vectors_in_sentence_transformers(out, tiny_dir)
     run_app("evaluate.py", f"model_dir={out}", f"hydra.run.dir={tmp_path / 'from_folder'}")
     run_app("evaluate.py", f"run_dir={run}", f"hydra.run.dir={tmp_path / 'from_checkpoint'}")
     from_folder = (tmp_path / "from_folder" / "run.dev.trec").read_text()
@@ -102,3 +104,22 @@ def test_an_exported_run_evaluates_from_its_folder_to_the_runs_own_trec_run(meth
     wrong = "method=dense" if method != "dense" else "method=clear"
     stderr = run_app("evaluate.py", f"model_dir={out}", wrong, f"hydra.run.dir={tmp_path / 'wrong'}", ok=False)
     assert "trained method=" in stderr or "holds method=" in stderr
+
+
+def same_vectors_in_sentence_transformers(out: Path, tiny_dir: Path) -> None:
+    """The folder as a ``SentenceTransformer`` gives the method's own query and document vectors, to 1e-5."""
+    import torch
+    from sentence_transformers import SentenceTransformer
+
+    from retrieval_zoo.exported import load
+
+    model = load(out)
+    queries = [line.split("\t", 1)[1] for line in (tiny_dir / "queries.dev.tsv").read_text().splitlines()]
+    docs = [line.split("\t", 1)[1] for line in (tiny_dir / "collection.tsv").read_text().splitlines()[:64]]
+    st = SentenceTransformer(str(out), device="cpu")
+    for side, texts, prompt in (("query", queries, "query"), ("doc", docs, "document")):
+        with torch.inference_mode():
+            ours = (model.encode_query if side == "query" else model.encode_doc)(texts)
+        theirs = st.encode(texts, prompt_name=prompt if prompt in st.prompts else None, convert_to_tensor=True,
+                           batch_size=16)  # fmt: skip
+        assert torch.allclose(theirs, ours, atol=1e-5), (side, float((theirs - ours).abs().max()))

@@ -34,7 +34,21 @@ LAYERS = [  # lowest first; a module may import from its own layer and the ones 
     ("training data", {"training"}),  # the DataModule, negatives, lookups
     ("indexes", {"index"}),
     ("methods", {"methods"}),
-    ("runs", {"validation", "corpus_encoding", "pipeline", "config_check", "summary", "reproduce", "export_ciff"}),
+    (
+        "runs",
+        {
+            "validation",
+            "corpus_encoding",
+            "pipeline",
+            "config_check",
+            "summary",
+            "reproduce",
+            "export_ciff",
+            "export",
+            "exported",
+            "ecosystem",
+        },
+    ),
 ]
 
 
