@@ -3,11 +3,13 @@
 A method whose vectors are its encoder's pooled hidden states (the dense reference, CLEAR's embedding, RoC's [CLS]
 side: :class:`~retrieval_zoo.methods.dense.DenseBiEncoder`'s own ``encode_query`` / ``encode_doc``) loads as a
 ``SentenceTransformer``: a ``Transformer`` module over the encoder's subfolder, a ``Pooling`` module with the
-method's pooling (mean over real tokens, or [CLS]), and the markers as prompts (``"<QRY> "``: the encoder prefixes a
-marker and a space), scored by dot product. One ``max_seq_length`` serves both sides: the document side's (queries
-longer than the method's query length are cut later there than here). Other methods have no such equivalent
-(DeLADE's Eq. 23 activation, CSurF's CSF vectors, RoC's BM25 projection beside the [CLS] vector) and load with
-:func:`retrieval_zoo.exported.load`.
+method's pooling (mean over real tokens, or [CLS]), the markers as prompts (``"<QRY> "``: the encoder prefixes a
+marker and a space) and dot-product similarity. SPLADE's term weights alone (``dlr_splade``, delade-dhr.md Eq. 20)
+load as a ``SparseEncoder``: the ``Transformer`` in its fill-mask task and ``SpladePooling`` (max, log(1 + ReLU)).
+Each side keeps its length (``query_length``, ``document_length``: ``encode_query`` / ``encode_document`` cut
+texts where the method does). Other methods have no stock equivalent and load with
+:func:`retrieval_zoo.exported.load`: DeLADE's Eq. 23 activation, CSurF (its CSF vectors; its expansion weights leave
+[CLS] and [SEP] out of the max, which ``SpladePooling`` keeps), RoC's BM25 projection beside the [CLS] vector.
 """
 
 from __future__ import annotations
@@ -19,8 +21,12 @@ import torch
 
 from retrieval_zoo.encoder import Encoder
 from retrieval_zoo.methods.dense import DenseBiEncoder
+from retrieval_zoo.methods.dhr_fusion import DhrFusion
 
 PROMPT_NAMES = {"query": "query", "doc": "document"}  # the encoder's sides → sentence-transformers' prompt names
+TRANSFORMER = "sentence_transformers.base.modules.transformer.Transformer"
+POOLING = "sentence_transformers.sentence_transformer.modules.pooling.Pooling"
+SPLADE_POOLING = "sentence_transformers.sparse_encoder.modules.splade_pooling.SpladePooling"
 
 
 def is_pooled_dense(model: torch.nn.Module) -> bool:
@@ -30,27 +36,48 @@ def is_pooled_dense(model: torch.nn.Module) -> bool:
             and kind.encode_doc is DenseBiEncoder.encode_doc)  # fmt: skip
 
 
+def is_splade(model: torch.nn.Module) -> bool:
+    """Whether ``model`` is SPLADE's term weights alone (``dlr_splade``), as a ``SparseEncoder`` computes them."""
+    return isinstance(model, DhrFusion) and model.lexical == "splade" and model.dense is None
+
+
 def write_json(path: Path, content: dict) -> None:
     """``content`` as indented JSON at ``path`` (its folder made)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(content, indent=2) + "\n")
 
 
-def write_sentence_transformers(encoder: Encoder, folder: Path, subfolder: str) -> None:
-    """``modules.json``, the pooling and prompts that make ``folder`` a ``SentenceTransformer`` (module docstring)."""
-    kinds = {subfolder: "Transformer", "1_Pooling": "Pooling"}
-    modules = [{"idx": i, "name": str(i), "path": path, "type": f"sentence_transformers.models.{kind}"}
-               for i, (path, kind) in enumerate(kinds.items())]  # fmt: skip
-    (folder / "modules.json").write_text(json.dumps(modules, indent=2) + "\n")
-    write_json(folder / subfolder / "sentence_bert_config.json",
-               {"max_seq_length": encoder.max_length["doc"], "do_lower_case": False})  # fmt: skip
-    write_json(folder / "1_Pooling" / "config.json", {
-        "word_embedding_dimension": encoder.hidden_size, "pooling_mode_cls_token": encoder.pooling == "cls",
-        "pooling_mode_mean_tokens": encoder.pooling == "mean", "pooling_mode_max_tokens": False,
-        "pooling_mode_mean_sqrt_len_tokens": False, "pooling_mode_weightedmean_tokens": False,
-        "pooling_mode_lasttoken": False, "include_prompt": True,
+def write_modules(folder: Path, modules: dict[str, str], model_type: str, prompts: dict[str, str]) -> None:
+    """``modules.json`` (module folder → type, in order) and ``config_sentence_transformers.json``."""
+    listed = [{"idx": i, "name": str(i), "path": path, "type": kind} for i, (path, kind) in enumerate(modules.items())]
+    (folder / "modules.json").write_text(json.dumps(listed, indent=2) + "\n")
+    config = {"model_type": model_type, "prompts": prompts, "default_prompt_name": None, "similarity_fn_name": "dot"}
+    write_json(folder / "config_sentence_transformers.json", config)
+
+
+def write_transformer(encoder: Encoder, folder: Path, task: str, output: str) -> None:
+    """The encoder's ``sentence_bert_config.json``: its task, and its query and document lengths."""
+    write_json(folder / "sentence_bert_config.json", {
+        "transformer_task": task, "modality_config": {"text": {"method": "forward", "method_output_name": output}},
+        "module_output_name": "token_embeddings", "query_length": encoder.max_length["query"],
+        "document_length": encoder.max_length["doc"],
     })  # fmt: skip
+
+
+def write_sentence_transformers(encoder: Encoder, folder: Path, subfolder: str) -> None:
+    """The files that make ``folder`` a ``SentenceTransformer`` (module docstring)."""
+    write_transformer(encoder, folder / subfolder, "feature-extraction", "last_hidden_state")
+    pooling = {"embedding_dimension": encoder.hidden_size, "pooling_mode": encoder.pooling, "include_prompt": True}
+    write_json(folder / "1_Pooling" / "config.json", pooling)
     prompts = {PROMPT_NAMES[side]: f"{marker} " for side, marker in encoder.markers.items()}
-    write_json(folder / "config_sentence_transformers.json",
-               {"model_type": "SentenceTransformer", "prompts": prompts, "default_prompt_name": None,
-                "similarity_fn_name": "dot"})  # fmt: skip
+    write_modules(folder, {subfolder: TRANSFORMER, "1_Pooling": POOLING}, "SentenceTransformer", prompts)
+
+
+def write_sparse_encoder(encoder: Encoder, folder: Path, subfolder: str) -> None:
+    """The files that make ``folder`` a ``SparseEncoder``: log(1 + ReLU) of the MLM logits, max-pooled (Eq. 20)."""
+    write_transformer(encoder, folder / subfolder, "fill-mask", "logits")
+    # sentence-transformers' "relu" is SPLADE's log(1 + ReLU(x)); its "log1p_relu" takes log(1 + ·) once more
+    pooling = {"pooling_strategy": "max", "activation_function": "relu", "embedding_dimension": encoder.vocab_size}
+    write_json(folder / "1_SpladePooling" / "config.json", pooling)
+    prompts = {PROMPT_NAMES[side]: f"{marker} " for side, marker in encoder.markers.items()}
+    write_modules(folder, {subfolder: TRANSFORMER, "1_SpladePooling": SPLADE_POOLING}, "SparseEncoder", prompts)

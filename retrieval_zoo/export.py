@@ -2,23 +2,26 @@
 
 python -m retrieval_zoo.export run_dir=outputs/<date>/<time>_clear out=exports/clear
 python evaluate.py model_dir=exports/clear        # the run's own TREC run, from the folder alone
+python -m retrieval_zoo.export method=dlr_splade out=exports/splade_tiny   # an untrained method with an encoder
 
 The folder is built beside ``out`` and renamed into place when complete; ``out`` must be empty, missing, or an
-earlier export of the same run (replaced). ``push_to_hub=<repo id>`` uploads it afterwards (``HF_TOKEN`` from the
-environment), through :func:`upload`.
+earlier export of the same run or method (replaced). ``push_to_hub=<repo id>`` uploads it afterwards (``HF_TOKEN``
+from the environment), through :func:`upload`.
 """
 
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 
 import hydra
+import torch
+from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
 from retrieval_zoo.cache import atomic_path
-from retrieval_zoo.ecosystem import is_pooled_dense, write_sentence_transformers
+from retrieval_zoo.config_check import check_config
+from retrieval_zoo.ecosystem import is_pooled_dense, is_splade, write_sentence_transformers, write_sparse_encoder
 from retrieval_zoo.exported import FORMAT, MANIFEST, WEIGHTS, encoder_modules, folder_name
 from retrieval_zoo.trained import load_trained, trained_config
 
@@ -88,12 +91,18 @@ queries = model.encode_query(["what is a debian package"])
 """
 
 
-def write_export(run_dir: Path, folder: Path) -> dict:
-    """Everything of the module docstring, written into ``folder`` (a new directory)."""
+def write_export(run: DictConfig, model: torch.nn.Module, results: dict, source: str, folder: Path) -> dict:
+    """Everything of the module docstring, written into ``folder`` (a new directory).
+
+    Args:
+        run: The run's config (its ``run_config.yaml``), or the composed config of an untrained method.
+        model: The method, its weights loaded.
+        results: The run's ``results.json`` (empty for an untrained method).
+        source: What was exported: the run directory, or ``method=<name>``.
+        folder: Where.
+    """
     from safetensors.torch import save_file
 
-    run = trained_config(run_dir)
-    model = load_trained(run_dir, run).eval()
     modules = encoder_modules(model)
     encoders = {path: folder_name(path) for path in modules}
     folder.mkdir(parents=True)
@@ -104,33 +113,55 @@ def write_export(run_dir: Path, folder: Path) -> dict:
     rest = {key: value.detach().contiguous().clone() for key, value in model.state_dict().items()
             if not key.startswith(own)}  # fmt: skip
     save_file(rest, folder / WEIGHTS)
-    results_path = run_dir / "results.json"
-    results = json.loads(results_path.read_text()) if results_path.exists() else {}
     if results:
-        shutil.copy(results_path, folder / "results.json")
+        (folder / "results.json").write_text(json.dumps(results, indent=2) + "\n")
     OmegaConf.save(run, folder / "run_config.yaml")
-    sentence_transformers = is_pooled_dense(model) and len(modules) == 1
-    if sentence_transformers:
+    loads_as = None
+    if len(modules) == 1 and (is_pooled_dense(model) or is_splade(model)):
         path = next(iter(modules))
-        write_sentence_transformers(modules[path], folder, encoders[path])
-    summary = {"format": FORMAT, "method_name": str(run.method_name), "run_dir": str(run_dir.resolve()),
-               "encoders": encoders, "weights": WEIGHTS, "tuning": results.get("tuning") or None,
-               "sentence_transformers": sentence_transformers}  # fmt: skip
+        write = write_sentence_transformers if is_pooled_dense(model) else write_sparse_encoder
+        write(modules[path], folder, encoders[path])
+        loads_as = "SentenceTransformer" if is_pooled_dense(model) else "SparseEncoder"
+    summary = {"format": FORMAT, "method_name": str(run.method_name), "source": source, "encoders": encoders,
+               "weights": WEIGHTS, "tuning": results.get("tuning") or None,
+               "sentence_transformers": loads_as}  # fmt: skip
     (folder / MANIFEST).write_text(json.dumps(summary, indent=2) + "\n")
     (folder / "README.md").write_text(model_card(run, results, encoders))
     return summary
 
 
-def check_out(out: Path, run_dir: Path) -> None:
-    """``out`` may be missing, empty, or an export of this run; another model there is an error naming it."""
+def check_out(out: Path, source: str) -> None:
+    """``out`` may be missing, empty, or an export of ``source``; another model there is an error naming it."""
     if not out.exists() or not any(out.iterdir()):
         return
     found = out / MANIFEST
     if not found.exists():
         raise FileExistsError(f"{out} is not empty and holds no export ({MANIFEST}): pick another out=")
-    earlier = json.loads(found.read_text()).get("run_dir")
-    if earlier != str(run_dir.resolve()):
-        raise FileExistsError(f"{found}: {out} holds the export of {earlier}, not of {run_dir}: pick another out=")
+    earlier = json.loads(found.read_text()).get("source")
+    if earlier != source:
+        raise FileExistsError(f"{found}: {out} holds the export of {earlier}, not of {source}: pick another out=")
+
+
+def what_to_export(cfg: DictConfig) -> tuple[DictConfig, torch.nn.Module, dict, str]:
+    """(config, model, results, source) of ``run_dir``, or of an untrained method (``method=dlr_splade``)."""
+    if cfg.run_dir:
+        run_dir = Path(cfg.run_dir)
+        if not (run_dir / "checkpoints").is_dir():
+            raise FileNotFoundError(f"{run_dir / 'checkpoints'} not found: run_dir must be a train.py run with a "
+                                    "checkpoint")  # fmt: skip
+        run, results_path = trained_config(run_dir), run_dir / "results.json"
+        results = json.loads(results_path.read_text()) if results_path.exists() else {}
+        return run, load_trained(run_dir, run).eval(), results, str(run_dir.resolve())
+    check_config(cfg)
+    model = instantiate(cfg.method)
+    if getattr(model, "trainable", True) or not encoder_modules(model):
+        raise ValueError(f"method={cfg.method_name} has {'weights to train' if model.trainable else 'no encoder'}: "
+                         "export a train.py run with run_dir=<run>, or an untrained method with an encoder "
+                         "(method=dlr_splade)")  # fmt: skip
+    run = OmegaConf.create(OmegaConf.to_container(cfg, resolve=True))
+    for key in ("run_dir", "out", "push_to_hub"):
+        run.pop(key)
+    return run, model.eval(), {}, f"method={cfg.method_name}"
 
 
 def upload(folder: Path, repo_id: str, api: object | None = None) -> str:
@@ -145,14 +176,12 @@ def upload(folder: Path, repo_id: str, api: object | None = None) -> str:
 
 @hydra.main(config_path="../conf", config_name="export", version_base="1.3")
 def main(cfg: DictConfig) -> dict:
-    """Export ``run_dir`` into ``out`` (module docstring)."""
-    run_dir, out = Path(cfg.run_dir), Path(cfg.out)
-    if not (run_dir / "checkpoints").is_dir():
-        raise FileNotFoundError(f"{run_dir / 'checkpoints'} not found: run_dir must be a train.py run with a "
-                                "checkpoint")  # fmt: skip
-    check_out(out, run_dir)
-    with atomic_path(out) as building:  # an earlier export of the run is replaced when this one is complete
-        summary = write_export(run_dir, building)
+    """Export ``run_dir`` (or an untrained ``method``) into ``out`` (module docstring)."""
+    out = Path(cfg.out)
+    check_out(out, str(Path(cfg.run_dir).resolve()) if cfg.run_dir else f"method={cfg.method_name}")  # before loading
+    run, model, results, source = what_to_export(cfg)
+    with atomic_path(out) as building:  # an earlier export of the same source is replaced when this one is complete
+        summary = write_export(run, model, results, source, building)
     print(f"[export] method={summary['method_name']} → {out}")
     if cfg.push_to_hub:
         print(f"[export] uploaded: {upload(out, str(cfg.push_to_hub))}")

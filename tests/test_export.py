@@ -22,18 +22,18 @@ def export(*overrides: str, ok: bool = True) -> str:
 
 def test_out_must_be_empty_or_an_export_of_the_same_run(tmp_path: Path) -> None:
     run, other = tmp_path / "run", tmp_path / "other"
-    check_out(tmp_path / "missing", run)
+    check_out(tmp_path / "missing", str(run))
     (tmp_path / "empty").mkdir()
-    check_out(tmp_path / "empty", run)
+    check_out(tmp_path / "empty", str(run))
     (tmp_path / "busy").mkdir()
     (tmp_path / "busy" / "notes.txt").write_text("mine")
     with pytest.raises(FileExistsError, match="holds no export"):
-        check_out(tmp_path / "busy", run)
+        check_out(tmp_path / "busy", str(run))
     (tmp_path / "export").mkdir()
-    (tmp_path / "export" / MANIFEST).write_text(json.dumps({"format": FORMAT, "run_dir": str(run.resolve())}))
-    check_out(tmp_path / "export", run)
+    (tmp_path / "export" / MANIFEST).write_text(json.dumps({"format": FORMAT, "source": str(run)}))
+    check_out(tmp_path / "export", str(run))
     with pytest.raises(FileExistsError, match=rf"{MANIFEST}: .* holds the export of .*run, not of .*other"):
-        check_out(tmp_path / "export", other)
+        check_out(tmp_path / "export", str(other))
 
 
 def test_a_folder_of_another_format_or_none_is_refused_naming_the_file(tmp_path: Path) -> None:
@@ -90,7 +90,7 @@ def test_an_exported_run_evaluates_from_its_folder_to_the_runs_own_trec_run(meth
     assert found["method_name"] == method and (out / "encoder" / "model.safetensors").exists()
     assert (out / "encoder" / "tokenizer.json").exists() and (out / "README.md").exists()
     assert not any(out.glob("*.ckpt")) and not (out / "checkpoints").exists()
-    assert found["sentence_transformers"]  # CLEAR's embedding, RoC's [CLS] side: pooled hidden states
+    assert found["sentence_transformers"] == "SentenceTransformer"  # CLEAR's embedding, RoC's [CLS]: pooled states
     same_vectors_in_sentence_transformers(out, tiny_dir)
     run_app("evaluate.py", f"model_dir={out}", f"hydra.run.dir={tmp_path / 'from_folder'}")
     run_app("evaluate.py", f"run_dir={run}", f"hydra.run.dir={tmp_path / 'from_checkpoint'}")
@@ -107,7 +107,8 @@ def test_an_exported_run_evaluates_from_its_folder_to_the_runs_own_trec_run(meth
 
 
 def same_vectors_in_sentence_transformers(out: Path, tiny_dir: Path) -> None:
-    """The folder as a ``SentenceTransformer`` gives the method's own query and document vectors, to 1e-5."""
+    """The folder as a ``SentenceTransformer`` gives the method's own query and document vectors, to 1e-5 (a
+    document's text as a query too: sentence-transformers cuts it at the method's query length)."""
     import torch
     from sentence_transformers import SentenceTransformer
 
@@ -117,9 +118,36 @@ def same_vectors_in_sentence_transformers(out: Path, tiny_dir: Path) -> None:
     queries = [line.split("\t", 1)[1] for line in (tiny_dir / "queries.dev.tsv").read_text().splitlines()]
     docs = [line.split("\t", 1)[1] for line in (tiny_dir / "collection.tsv").read_text().splitlines()[:64]]
     st = SentenceTransformer(str(out), device="cpu")
-    for side, texts, prompt in (("query", queries, "query"), ("doc", docs, "document")):
+    for side, texts in (("query", queries + docs[:4]), ("doc", docs)):
         with torch.inference_mode():
             ours = (model.encode_query if side == "query" else model.encode_doc)(texts)
-        theirs = st.encode(texts, prompt_name=prompt if prompt in st.prompts else None, convert_to_tensor=True,
-                           batch_size=16)  # fmt: skip
+        encode = st.encode_query if side == "query" else st.encode_document
+        theirs = encode(texts, convert_to_tensor=True, batch_size=16)
         assert torch.allclose(theirs, ours, atol=1e-5), (side, float((theirs - ours).abs().max()))
+
+
+@pytest.mark.slow
+def test_splade_tinys_vectors_export_as_a_sparse_encoder(tiny_dir, tmp_path) -> None:
+    import torch
+    from sentence_transformers import SparseEncoder
+
+    from retrieval_zoo.exported import load
+    from retrieval_zoo.lexical.splade import splade_vectors
+    from tests.test_end_to_end import run_app, tiny_dataset
+
+    out = tmp_path / "splade"
+    export("method=dlr_splade", *tiny_dataset(tiny_dir), f"out={out}")
+    assert json.loads((out / MANIFEST).read_text())["sentence_transformers"] == "SparseEncoder"
+    export("method=clear", f"out={tmp_path / 'untrained'}", ok=False)  # random weights: a run_dir is asked for
+    model, st = load(out), SparseEncoder(str(out), device="cpu")
+    queries = [line.split("\t", 1)[1] for line in (tiny_dir / "queries.dev.tsv").read_text().splitlines()]
+    docs = [line.split("\t", 1)[1] for line in (tiny_dir / "collection.tsv").read_text().splitlines()[:32]]
+    for side, texts in (("query", queries), ("doc", docs)):
+        with torch.inference_mode():
+            ours = splade_vectors(model.encoder.model, *model.encoder.tokenize(texts, side))
+        encode = st.encode_query if side == "query" else st.encode_document
+        theirs = encode(texts, convert_to_tensor=True, batch_size=16).to_dense()
+        assert torch.allclose(theirs, ours, atol=1e-5), (side, float((theirs - ours).abs().max()))
+    run_app("evaluate.py", f"model_dir={out}", f"hydra.run.dir={tmp_path / 'from_folder'}")
+    run_app("evaluate.py", "method=dlr_splade", *tiny_dataset(tiny_dir), f"hydra.run.dir={tmp_path / 'method'}")
+    assert (tmp_path / "from_folder" / "run.dev.trec").read_text() == (tmp_path / "method" / "run.dev.trec").read_text()
