@@ -5,3 +5,12 @@ backbones, encoder, losses, ...), ``data`` (collections and runs), measures (``e
 ``lexical``, ``training`` (the DataModule), ``index``, ``methods``, and the runs on top (``pipeline``,
 ``corpus_encoding``, ``validation``, ``reproduce``, ``summary``).
 """
+
+
+def __getattr__(name: str) -> object:
+    """``retrieval_zoo.load``: :func:`retrieval_zoo.exported.load`, imported when first asked for."""
+    if name == "load":
+        from retrieval_zoo.exported import load
+
+        return load
+    raise AttributeError(f"module 'retrieval_zoo' has no attribute {name!r}")

@@ -7,9 +7,9 @@ method's pooling (mean over real tokens, or [CLS]), the markers as prompts (``"<
 marker and a space) and dot-product similarity. SPLADE's term weights alone (``dlr_splade``, delade-dhr.md Eq. 20)
 load as a ``SparseEncoder``: the ``Transformer`` in its fill-mask task and ``SpladePooling`` (max, log(1 + ReLU)).
 Each side keeps its length (``query_length``, ``document_length``: ``encode_query`` / ``encode_document`` cut
-texts where the method does). Other methods have no stock equivalent and load with
-:func:`retrieval_zoo.exported.load`: DeLADE's Eq. 23 activation, CSurF (its CSF vectors; its expansion weights leave
-[CLS] and [SEP] out of the max, which ``SpladePooling`` keeps), RoC's BM25 projection beside the [CLS] vector.
+texts where the method does). Other methods have no stock equivalent and load with ``retrieval_zoo.load``
+(:func:`retrieval_zoo.exported.load`): DeLADE's Eq. 23 activation, CSurF (its CSF vectors; its expansion weights
+leave [CLS] and [SEP] out of the max, which ``SpladePooling`` keeps), RoC's BM25 projection beside the [CLS] vector.
 """
 
 from __future__ import annotations

@@ -79,9 +79,9 @@ python evaluate.py model_dir=<this folder> dataset=beir dataset.root=/data/beir/
 ```
 
 ```python
-import retrieval_zoo.exported
+import retrieval_zoo
 
-model = retrieval_zoo.exported.load("<this folder>")
+model = retrieval_zoo.load("<this folder>")
 queries = model.encode_query(["what is a debian package"])
 ```
 

@@ -112,9 +112,9 @@ def same_vectors_in_sentence_transformers(out: Path, tiny_dir: Path) -> None:
     import torch
     from sentence_transformers import SentenceTransformer
 
-    from retrieval_zoo.exported import load
+    import retrieval_zoo
 
-    model = load(out)
+    model = retrieval_zoo.load(out)  # the package's load, as the model card shows
     queries = [line.split("\t", 1)[1] for line in (tiny_dir / "queries.dev.tsv").read_text().splitlines()]
     docs = [line.split("\t", 1)[1] for line in (tiny_dir / "collection.tsv").read_text().splitlines()[:64]]
     st = SentenceTransformer(str(out), device="cpu")
