@@ -5,21 +5,25 @@ side: :class:`~retrieval_zoo.methods.dense.DenseBiEncoder`'s own ``encode_query`
 ``SentenceTransformer``: a ``Transformer`` module over the encoder's subfolder, a ``Pooling`` module with the
 method's pooling (mean over real tokens, or [CLS]), the markers as prompts (``"<QRY> "``: the encoder prefixes a
 marker and a space) and dot-product similarity. SPLADE's term weights alone (``dlr_splade``, delade-dhr.md Eq. 20)
-load as a ``SparseEncoder``: the ``Transformer`` in its fill-mask task and ``SpladePooling`` (max, log(1 + ReLU)).
+load as a ``SparseEncoder``: the ``Transformer`` in its fill-mask task and ``SpladePooling`` (max, log(1 + ReLU)), and
+so do CSurF's expansion weights w_t, with a pooling module shipped in the folder that leaves the special tokens out
+(``trust_remote_code=True``).
 Each side keeps its length (``query_length``, ``document_length``: ``encode_query`` / ``encode_document`` cut
 texts where the method does). Other methods have no stock equivalent and load with ``retrieval_zoo.load``
-(:func:`retrieval_zoo.exported.load`): DeLADE's Eq. 23 activation, CSurF (its CSF vectors; its expansion weights
-leave [CLS] and [SEP] out of the max, which ``SpladePooling`` keeps), RoC's BM25 projection beside the [CLS] vector.
+(:func:`retrieval_zoo.exported.load`): DeLADE's Eq. 23 activation, CSurF's CSF vectors, RoC's BM25 projection
+beside the [CLS] vector.
 """
 
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import torch
 
 from retrieval_zoo.encoder import Encoder
+from retrieval_zoo.methods.csurf import CSurF
 from retrieval_zoo.methods.dense import DenseBiEncoder
 from retrieval_zoo.methods.dhr_fusion import DhrFusion
 
@@ -27,6 +31,7 @@ PROMPT_NAMES = {"query": "query", "doc": "document"}  # the encoder's sides → 
 TRANSFORMER = "sentence_transformers.base.modules.transformer.Transformer"
 POOLING = "sentence_transformers.sentence_transformer.modules.pooling.Pooling"
 SPLADE_POOLING = "sentence_transformers.sparse_encoder.modules.splade_pooling.SpladePooling"
+MODELING_CSURF = Path(__file__).resolve().parent / "hub_modules" / "modeling_csurf.py"  # copied, never imported here
 
 
 def is_pooled_dense(model: torch.nn.Module) -> bool:
@@ -39,6 +44,11 @@ def is_pooled_dense(model: torch.nn.Module) -> bool:
 def is_splade(model: torch.nn.Module) -> bool:
     """Whether ``model`` is SPLADE's term weights alone (``dlr_splade``), as a ``SparseEncoder`` computes them."""
     return isinstance(model, DhrFusion) and model.lexical == "splade" and model.dense is None
+
+
+def is_csurf_expansion(model: torch.nn.Module) -> bool:
+    """Whether ``model`` is CSurF whose term weights are its expansion weights w_t (its bags hold the expansions)."""
+    return isinstance(model, CSurF) and model.bags in ("both", "expansion")
 
 
 def write_json(path: Path, content: dict) -> None:
@@ -73,11 +83,21 @@ def write_sentence_transformers(encoder: Encoder, folder: Path, subfolder: str) 
     write_modules(folder, {subfolder: TRANSFORMER, "1_Pooling": POOLING}, "SentenceTransformer", prompts)
 
 
-def write_sparse_encoder(encoder: Encoder, folder: Path, subfolder: str) -> None:
-    """The files that make ``folder`` a ``SparseEncoder``: log(1 + ReLU) of the MLM logits, max-pooled (Eq. 20)."""
+def write_sparse_encoder(encoder: Encoder, folder: Path, subfolder: str, csurf: bool = False) -> None:
+    """The files that make ``folder`` a ``SparseEncoder``: log(1 + ReLU) of the MLM logits, max-pooled (Eq. 20).
+
+    With ``csurf``, CSurF's expansion weights: the special tokens are not sources (csurf.md §3.2), which
+    :mod:`retrieval_zoo.hub_modules.modeling_csurf`, copied into the folder, adds to ``SpladePooling`` (loaded with
+    ``trust_remote_code=True``).
+    """
     write_transformer(encoder, folder / subfolder, "fill-mask", "logits")
     # sentence-transformers' "relu" is SPLADE's log(1 + ReLU(x)); its "log1p_relu" takes log(1 + ·) once more
     pooling = {"pooling_strategy": "max", "activation_function": "relu", "embedding_dimension": encoder.vocab_size}
-    write_json(folder / "1_SpladePooling" / "config.json", pooling)
+    name, kind = "1_SpladePooling", SPLADE_POOLING
+    if csurf:
+        shutil.copy(MODELING_CSURF, folder / "modeling_csurf.py")
+        pooling["special_ids"] = sorted(encoder.tokenizer.all_special_ids)
+        name, kind = "1_CsurfPooling", "modeling_csurf.CsurfPooling"
+    write_json(folder / name / "config.json", pooling)
     prompts = {PROMPT_NAMES[side]: f"{marker} " for side, marker in encoder.markers.items()}
-    write_modules(folder, {subfolder: TRANSFORMER, "1_SpladePooling": SPLADE_POOLING}, "SparseEncoder", prompts)
+    write_modules(folder, {subfolder: TRANSFORMER, name: kind}, "SparseEncoder", prompts)

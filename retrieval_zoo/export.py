@@ -21,7 +21,13 @@ from omegaconf import DictConfig, OmegaConf
 
 from retrieval_zoo.cache import atomic_path
 from retrieval_zoo.config_check import check_config
-from retrieval_zoo.ecosystem import is_pooled_dense, is_splade, write_sentence_transformers, write_sparse_encoder
+from retrieval_zoo.ecosystem import (
+    is_csurf_expansion,
+    is_pooled_dense,
+    is_splade,
+    write_sentence_transformers,
+    write_sparse_encoder,
+)
 from retrieval_zoo.exported import FORMAT, MANIFEST, WEIGHTS, encoder_modules, folder_name
 from retrieval_zoo.trained import load_trained, trained_config
 
@@ -116,12 +122,13 @@ def write_export(run: DictConfig, model: torch.nn.Module, results: dict, source:
     if results:
         (folder / "results.json").write_text(json.dumps(results, indent=2) + "\n")
     OmegaConf.save(run, folder / "run_config.yaml")
-    loads_as = None
-    if len(modules) == 1 and (is_pooled_dense(model) or is_splade(model)):
-        path = next(iter(modules))
-        write = write_sentence_transformers if is_pooled_dense(model) else write_sparse_encoder
-        write(modules[path], folder, encoders[path])
-        loads_as = "SentenceTransformer" if is_pooled_dense(model) else "SparseEncoder"
+    loads_as, path = None, next(iter(modules), None)
+    if len(modules) == 1 and is_pooled_dense(model):
+        write_sentence_transformers(modules[path], folder, encoders[path])
+        loads_as = "SentenceTransformer"
+    elif len(modules) == 1 and (is_splade(model) or is_csurf_expansion(model)):
+        write_sparse_encoder(modules[path], folder, encoders[path], csurf=is_csurf_expansion(model))
+        loads_as = "SparseEncoder"
     summary = {"format": FORMAT, "method_name": str(run.method_name), "source": source, "encoders": encoders,
                "weights": WEIGHTS, "tuning": results.get("tuning") or None,
                "sentence_transformers": loads_as}  # fmt: skip

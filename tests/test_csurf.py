@@ -323,6 +323,7 @@ def test_two_round_csurf_hn_recipe_runs_as_documented(tiny_dir, tmp_path) -> Non
     assert {"train/loss/nll", "train/loss/flops_query", "train/loss/flops_doc", "train/csf_per_doc"} <= set(logged)
 
     export_trained_bags_as_ciff(first, tiny_dir, tmp_path / "ciff")
+    export_expansion_weights_as_sparse_encoder(first, tiny_dir, tmp_path / "hf")
 
     run_app("evaluate.py", f"run_dir={first}", "eval.split=train", f"hydra.run.dir={mined}")
     run = mined / "run.train.trec"
@@ -363,3 +364,30 @@ def export_trained_bags_as_ciff(run_dir, tiny_dir, out) -> None:
     for term in first_doc.keys() | expected.keys():  # batched encoding may round an impact the other way, no more
         assert abs(first_doc.get(term, 0) - expected.get(term, 0)) <= 1, term
     assert sum(first_doc.values()) == pytest.approx(sum(expected.values()), rel=0.01)
+
+
+def export_expansion_weights_as_sparse_encoder(run_dir, tiny_dir, out) -> None:
+    """``python -m retrieval_zoo.export run_dir=<a csurf run>``: its expansion weights w_t as a sentence-transformers
+    ``SparseEncoder`` (with the pooling module the folder ships), equal to the model's own to 1e-5."""
+    import json
+
+    from sentence_transformers import SparseEncoder
+
+    import retrieval_zoo
+    from tests.test_export import export
+
+    export(f"run_dir={run_dir}", f"out={out}")
+    assert json.loads((out / "retrieval_zoo.json").read_text())["sentence_transformers"] == "SparseEncoder"
+    model = retrieval_zoo.load(out)
+    with pytest.raises(ValueError, match="trust_remote_code"):  # the pooling module is code in the folder
+        SparseEncoder(str(out), device="cpu")
+    st = SparseEncoder(str(out), device="cpu", trust_remote_code=True)
+    queries = [line.split("\t", 1)[1] for line in (tiny_dir / "queries.dev.tsv").read_text().splitlines()]
+    docs = [line.split("\t", 1)[1] for line in (tiny_dir / "collection.tsv").read_text().splitlines()[:32]]
+    for side, texts in (("query", queries), ("doc", docs)):
+        with torch.inference_mode():
+            bags = model.encode_query(texts) if side == "query" else model.encode_doc(texts)
+        ours = dense_rows(bags.term_weights(model.vocab_size))
+        encode = st.encode_query if side == "query" else st.encode_document
+        theirs = encode(texts, convert_to_tensor=True, batch_size=16).to_dense()
+        assert torch.allclose(theirs, ours, atol=1e-5), (side, float((theirs - ours).abs().max()))

@@ -25,6 +25,7 @@ LAYERS = [  # lowest first; a module may import from its own layer and the ones 
             "term_matrix",
             "tokens",
             "encoder",
+            "hub_modules",
         },
     ),
     ("run loading", {"trained", "teachers"}),  # a trained run read back, as a model or a distillation teacher
