@@ -130,8 +130,9 @@ def write_export(run: DictConfig, model: torch.nn.Module, results: dict, source:
         write_sparse_encoder(modules[path], folder, encoders[path], csurf=is_csurf_expansion(model))
         loads_as = "SparseEncoder"
     summary = {"format": FORMAT, "method_name": str(run.method_name), "source": source, "encoders": encoders,
-               "weights": WEIGHTS, "tuning": results.get("tuning") or None,
-               "sentence_transformers": loads_as}  # fmt: skip
+               "weights": WEIGHTS, "index_name": str(run.get("index_name")), "tuning": results.get("tuning") or None,
+               "sentence_transformers": loads_as,
+               "method": OmegaConf.to_container(run.method, resolve=True)}  # fmt: skip
     (folder / MANIFEST).write_text(json.dumps(summary, indent=2) + "\n")
     (folder / "README.md").write_text(model_card(run, results, encoders))
     return summary

@@ -88,6 +88,7 @@ def test_an_exported_run_evaluates_from_its_folder_to_the_runs_own_trec_run(meth
     export(f"run_dir={run}", f"out={out}")
     found = json.loads((out / MANIFEST).read_text())
     assert found["method_name"] == method and (out / "encoder" / "model.safetensors").exists()
+    assert found["method"]["_target_"].endswith(".CLEAR" if method == "clear" else ".RoC") and found["index_name"]
     assert (out / "encoder" / "tokenizer.json").exists() and (out / "README.md").exists()
     assert not any(out.glob("*.ckpt")) and not (out / "checkpoints").exists()
     assert found["sentence_transformers"] == "SentenceTransformer"  # CLEAR's embedding, RoC's [CLS]: pooled states
