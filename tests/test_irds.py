@@ -90,6 +90,16 @@ def test_bad_input_names_the_dataset_the_record_and_the_problem(tiny_dir, tmp_pa
         irds("zoo-bad", register=str(register))
     with pytest.raises(ValueError, match="'zoo-bad/dev' has no scored documents"):
         irds("zoo-bad/dev", register=str(register), scoreddocs_run=str(tmp_path / "run.trec"))
+    duplicated = tmp_path / "duplicated"
+    duplicated.mkdir()
+    for name in ("collection.tsv", "queries.dev.tsv", "qrels.train.tsv", "qrels.dev.tsv"):
+        (duplicated / name).write_text((tiny_dir / name).read_text())
+    queries = (tiny_dir / "queries.train.tsv").read_text().splitlines()
+    (duplicated / "queries.train.tsv").write_text("\n".join([*queries[:3], queries[1], *queries[3:]]) + "\n")
+    register_dup = register_file(duplicated, tmp_path, "zoo-dup")
+    qid = queries[1].split("\t")[0]
+    with pytest.raises(FormatError, match=rf"ir_datasets:zoo-dup/train queries:4: duplicate query id '{qid}'"):
+        irds("zoo-dup/train", register=str(register_dup))
     with pytest.raises(FileNotFoundError, match="dataset.register"):
         irds("zoo-bad/train", register=str(tmp_path / "missing.py"))
 

@@ -26,6 +26,7 @@ import hashlib
 import runpy
 from collections.abc import Iterator
 from contextlib import contextmanager
+from itertools import chain
 from pathlib import Path
 from typing import Any
 
@@ -115,8 +116,13 @@ def queries_and_qrels(irds: Any, dataset_id: str, documents: CorpusStore, digest
     for part in ("queries", "qrels"):
         if not getattr(dataset, f"has_{part}")():
             raise ValueError(f"ir_datasets' {dataset_id!r} has no {part}: dataset.id and dataset.eval_id need both")
+    queries: dict[str, str] = {}
+    source = f"ir_datasets:{dataset_id} queries"
     with fetching(irds, dataset_id, "queries"):
-        queries = dict(texts(dataset.queries_iter(), f"ir_datasets:{dataset_id} queries", "query_id", "query"))
+        for number, (qid, text) in enumerate(texts(dataset.queries_iter(), source, "query_id", "query"), start=1):
+            if qid in queries:
+                raise FormatError(source, number, f"duplicate query id {qid!r}")
+            queries[qid] = text
     qrels: Qrels = {}
     source = f"ir_datasets:{dataset_id} qrels"
     with fetching(irds, dataset_id, "qrels"):
@@ -124,7 +130,9 @@ def queries_and_qrels(irds: Any, dataset_id: str, documents: CorpusStore, digest
             bad = ("query", qrel.query_id) if qrel.query_id not in queries else ("document", qrel.doc_id)
             if qrel.query_id not in queries or qrel.doc_id not in documents:
                 raise FormatError(source, number, f"unknown {bad[0]} id {bad[1]!r}")
-            qrels.setdefault(qrel.query_id, {})[qrel.doc_id] = int(qrel.relevance)
+            if qrel.doc_id in qrels.setdefault(qrel.query_id, {}):
+                raise FormatError(source, number, f"duplicate judgement for ({qrel.query_id!r}, {qrel.doc_id!r})")
+            qrels[qrel.query_id][qrel.doc_id] = int(qrel.relevance)
     for qid in sorted(queries):
         digest.update(f"q{qid}\t{queries[qid]}\n".encode())
     for qid in sorted(qrels):
@@ -141,7 +149,7 @@ def write_scoreddocs(irds: Any, dataset_id: str, path: Path) -> None:
         raise ValueError(f"dataset.scoreddocs_run: ir_datasets' {dataset_id!r} has no scored documents")
     with fetching(irds, dataset_id, "scoreddocs"), atomic_path(path) as tmp, open(tmp, "w", encoding="utf-8") as out:
         group: list = []
-        for scored in [*dataset.scoreddocs_iter(), None]:  # a query's documents come together
+        for scored in chain(dataset.scoreddocs_iter(), [None]):  # streamed: a query's documents come together
             if group and (scored is None or scored.query_id != group[0].query_id):
                 if group[0].query_id in seen:
                     raise FormatError(f"ir_datasets:{dataset_id} scoreddocs", None,
