@@ -79,7 +79,7 @@ Retrieval-time weight tuned by the run: {json.dumps(tuned) if tuned else "none"}
 ## Usage
 
 ```bash
-pip install retrieval_zoo  # this repository: pip install -c constraints.txt -e .
+pip install -c constraints.txt -e .   # in a clone of retrieval_zoo (not on PyPI)
 python evaluate.py model_dir=<this folder>               # the run's own evaluation, from this folder alone
 python evaluate.py model_dir=<this folder> dataset=beir dataset.root=/data/beir/scifact
 ```
