@@ -16,12 +16,12 @@ beside the [CLS] vector.
 
 from __future__ import annotations
 
-import json
 import shutil
 from pathlib import Path
 
 import torch
 
+from retrieval_zoo.cache import write_json
 from retrieval_zoo.encoder import Encoder
 from retrieval_zoo.methods.csurf import CSurF
 from retrieval_zoo.methods.dense import DenseBiEncoder
@@ -51,16 +51,10 @@ def is_csurf_expansion(model: torch.nn.Module) -> bool:
     return isinstance(model, CSurF) and model.bags in ("both", "expansion")
 
 
-def write_json(path: Path, content: dict) -> None:
-    """``content`` as indented JSON at ``path`` (its folder made)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(content, indent=2) + "\n")
-
-
 def write_modules(folder: Path, modules: dict[str, str], model_type: str, prompts: dict[str, str]) -> None:
     """``modules.json`` (module folder → type, in order) and ``config_sentence_transformers.json``."""
     listed = [{"idx": i, "name": str(i), "path": path, "type": kind} for i, (path, kind) in enumerate(modules.items())]
-    (folder / "modules.json").write_text(json.dumps(listed, indent=2) + "\n")
+    write_json(folder / "modules.json", listed)
     config = {"model_type": model_type, "prompts": prompts, "default_prompt_name": None, "similarity_fn_name": "dot"}
     write_json(folder / "config_sentence_transformers.json", config)
 

@@ -19,7 +19,7 @@ import torch
 from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
-from retrieval_zoo.cache import atomic_path
+from retrieval_zoo.cache import atomic_path, write_json
 from retrieval_zoo.config_check import check_config
 from retrieval_zoo.ecosystem import (
     is_csurf_expansion,
@@ -120,7 +120,7 @@ def write_export(run: DictConfig, model: torch.nn.Module, results: dict, source:
             if not key.startswith(own)}  # fmt: skip
     save_file(rest, folder / WEIGHTS)
     if results:
-        (folder / "results.json").write_text(json.dumps(results, indent=2) + "\n")
+        write_json(folder / "results.json", results)
     OmegaConf.save(run, folder / "run_config.yaml")
     loads_as, path = None, next(iter(modules), None)
     if len(modules) == 1 and is_pooled_dense(model):
@@ -133,7 +133,7 @@ def write_export(run: DictConfig, model: torch.nn.Module, results: dict, source:
                "weights": WEIGHTS, "index_name": str(run.get("index_name")), "tuning": results.get("tuning") or None,
                "sentence_transformers": loads_as,
                "method": OmegaConf.to_container(run.method, resolve=True)}  # fmt: skip
-    (folder / MANIFEST).write_text(json.dumps(summary, indent=2) + "\n")
+    write_json(folder / MANIFEST, summary)
     (folder / "README.md").write_text(model_card(run, results, encoders))
     return summary
 
