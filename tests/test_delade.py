@@ -1,6 +1,7 @@
 import pytest
 import torch
 
+import retrieval_zoo
 from retrieval_zoo.index.terms import Gip
 from retrieval_zoo.lexical.delade import _WeightedSoftmaxMax, delade_vectors, delade_vectors_naive, rows_per_chunk
 from retrieval_zoo.losses import kl_distillation
@@ -166,3 +167,14 @@ def test_delade_cls_trains_and_evaluates_through_dhrs(tiny_dir, tmp_path) -> Non
     assert identity == ("delade_cls", "msmarco_passage", documents)
     queries = (tmp_path / "ciff" / "queries.dev.jsonl").read_text().splitlines()
     assert len(queries) == len((tiny_dir / "queries.dev.tsv").read_text().splitlines())
+    from retrieval_zoo.trained import load_trained, trained_config
+    from tests.test_export import export as export_folder
+
+    export_folder(f"run_dir={out}", f"out={tmp_path / 'hf'}")  # DeLADE+[CLS] as a folder: its [CLS] layer beside
+    exported = retrieval_zoo.load(tmp_path / "hf")  # its encoder, loaded with retrieval_zoo.load alone
+    trained = load_trained(out, trained_config(out)).eval()
+    texts = [line.split("\t", 1)[1] for line in (tiny_dir / "queries.dev.tsv").read_text().splitlines()]
+    with torch.inference_mode():
+        assert torch.equal(exported.encode_query(texts), trained.encode_query(texts))
+    manifest = json.loads((tmp_path / "hf" / "retrieval_zoo.json").read_text())
+    assert manifest["sentence_transformers"] is None  # Eq. 23's activation: no stock equivalent
