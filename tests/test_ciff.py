@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import torch
 
-from retrieval_zoo.index.bmp import ciff_to_bmp
+from retrieval_zoo.index.bmp_engine import ciff_to_bmp
 from retrieval_zoo.index.ciff import import_ciff_toolkit, spill, term_lists, write_ciff
 from retrieval_zoo.index.shards import CorpusShards
 

@@ -6,7 +6,8 @@ import pytest
 import torch
 
 from retrieval_zoo.index import bmp as bmp_index
-from retrieval_zoo.index.bmp import SCORE_LIMIT, Bmp, BmpRetriever, query_impacts
+from retrieval_zoo.index.bmp import Bmp, BmpRetriever
+from retrieval_zoo.index.bmp_engine import SCORE_LIMIT, query_impacts
 from retrieval_zoo.index.impact import quantize
 from retrieval_zoo.index.shards import CorpusShards
 
