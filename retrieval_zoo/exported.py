@@ -19,6 +19,7 @@ from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
 from retrieval_zoo.encoder import Encoder
+from retrieval_zoo.trained import without_teacher
 
 FORMAT = 1  # bumped when the folder's layout changes: an older folder is refused, naming both
 MANIFEST = "retrieval_zoo.json"
@@ -58,9 +59,7 @@ def backbones_at(method: DictConfig, model_dir: Path, encoders: dict[str, str]) 
         path = str((Path(model_dir) / subfolder).resolve())
         node.backbone = {"_target_": "retrieval_zoo.backbones.Backbone", "name": str(node.backbone.name),
                          "path": path, "has_mlm_head": bool(node.mlm_head)}  # fmt: skip
-    if method.get("teacher") is not None:  # a distillation teacher trains the run; the trained model needs none
-        method.teacher = None
-    return method
+    return without_teacher(method)
 
 
 def load(model_dir: str | Path, cfg: DictConfig | None = None) -> torch.nn.Module:

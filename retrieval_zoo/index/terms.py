@@ -16,7 +16,7 @@ from typing import Any, ClassVar
 
 import torch
 
-from retrieval_zoo.batching import PLAIN_QUERIES, QueryPrep
+from retrieval_zoo.batching import PLAIN_QUERIES, QueryPrep, encode_payload
 from retrieval_zoo.data.collections import Collection
 from retrieval_zoo.data.corpus_store import corpus_ids
 from retrieval_zoo.index.base import Index
@@ -55,6 +55,37 @@ class TermEncoder:
     weight: float = 1.0
     batch_size: int = 64
     queries: QueryPrep = PLAIN_QUERIES
+
+
+def encoder_term_weights(
+    method: Any, collection: Collection, parts: Callable[[torch.Tensor, torch.Tensor], tuple[torch.Tensor, Any]],
+    discard: int, weight: float,
+) -> TermEncoder:  # fmt: skip
+    """The :class:`TermEncoder` of a method whose encoder gives each text's term weights (DeLADE, CSurF).
+
+    Args:
+        method: Has ``encoder``, ``vocab_size``, ``encode_batch_size``, ``corpus_texts`` and ``query_prep``.
+        collection: Its documents are read from their cached tokens.
+        parts: (T, L) ids and mask → (T, |V|) lexical vectors and (T, c) [CLS] vectors or None.
+        discard: Leading vocabulary ids never used.
+        weight: λ of the [CLS] part (1.0 without one).
+    """
+    encoder = method.encoder
+
+    def encode_queries(texts: list[str]) -> tuple[torch.Tensor, torch.Tensor | None]:
+        return parts(*encoder.tokenize(texts, "query"))
+
+    def doc_parts(batch: Any) -> dict[str, torch.Tensor | None]:
+        lexical, cls = parts(*encoder.tokenize(batch, "doc"))
+        return {"lexical": lexical, "cls": cls}
+
+    texts = method.corpus_texts(collection)  # the corpus's cached tokens
+
+    def encode_docs(docids: list[str]) -> Payload:
+        return encode_payload(doc_parts, texts(docids), method.encode_batch_size, "docs")
+
+    return TermEncoder(encode_queries, encode_docs, method.vocab_size, discard, encoder.tokenizer.convert_ids_to_tokens,
+                       weight, method.encode_batch_size, method.query_prep())  # fmt: skip
 
 
 class TermIndex(Index):

@@ -22,11 +22,10 @@ from typing import ClassVar
 import torch
 import torch.nn.functional as F
 
-from retrieval_zoo.batching import encode_payload
 from retrieval_zoo.data.collections import Collection
 from retrieval_zoo.distributed import global_mean
 from retrieval_zoo.encoder import Encoder
-from retrieval_zoo.index.terms import TermEncoder
+from retrieval_zoo.index.terms import TermEncoder, encoder_term_weights
 from retrieval_zoo.lexical.bm25 import BM25
 from retrieval_zoo.lexical.csf import BAGS, CsfBags, Postings, csf_bags, gather_bags, max_sum_scores
 from retrieval_zoo.lexical.splade import max_pooled_logits, mlm_head_parts
@@ -131,20 +130,10 @@ class CSurF(RetrievalMethod):
     def term_encoder(self, collection: Collection, bm25: BM25) -> TermEncoder:
         """Queries' and the collection's documents' bags as term weights (|v| = 0; module docstring)."""
 
-        def encode_queries(texts: list[str]) -> tuple[torch.Tensor, None]:
-            return self.encode_query(texts).term_weights(self.vocab_size), None
+        def weights(ids: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, None]:
+            return self.encode_bags(ids, mask)[0].term_weights(self.vocab_size), None
 
-        def weights(batch: list[str] | Tokens) -> dict[str, torch.Tensor]:
-            return {"lexical": self.encode_doc(batch).term_weights(self.vocab_size)}
-
-        texts = self.corpus_texts(collection)  # the corpus's cached tokens
-
-        def encode_docs(docids: list[str]) -> dict[str, torch.Tensor]:
-            return encode_payload(weights, texts(docids), self.encode_batch_size, "docs")
-
-        terms = self.encoder.tokenizer.convert_ids_to_tokens
-        return TermEncoder(encode_queries, encode_docs, self.vocab_size, 0, terms, 1.0, self.encode_batch_size,
-                           self.query_prep())  # fmt: skip
+        return encoder_term_weights(self, collection, weights, 0, 1.0)
 
     def score(self, queries: CsfBags, docs: CsfBags) -> torch.Tensor:
         """Score(q, d) of §3.3 for every query and document: B and N bags → (B, N)."""

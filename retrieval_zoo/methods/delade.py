@@ -17,10 +17,9 @@ from typing import ClassVar
 
 import torch
 
-from retrieval_zoo.batching import encode_payload
 from retrieval_zoo.data.collections import Collection
 from retrieval_zoo.encoder import Encoder
-from retrieval_zoo.index.terms import BERT_DISCARD, TermEncoder
+from retrieval_zoo.index.terms import BERT_DISCARD, TermEncoder, encoder_term_weights
 from retrieval_zoo.lexical.bm25 import BM25
 from retrieval_zoo.lexical.delade import delade_vectors
 from retrieval_zoo.losses import kl_distillation
@@ -177,19 +176,4 @@ class DeLADE(DenseBiEncoder):
 
     def term_encoder(self, collection: Collection, bm25: BM25) -> TermEncoder:
         """ds_BoW (Eq. 23) and the projected [CLS] of queries and of the collection's documents, for GIP or sparse."""
-
-        def encode_queries(texts: list[str]) -> tuple[torch.Tensor, torch.Tensor | None]:
-            return self.encode_parts(*self.encoder.tokenize(texts, "query"))
-
-        def parts(batch: list[str] | Tokens) -> dict[str, torch.Tensor | None]:
-            lexical, cls = self.encode_parts(*self.encoder.tokenize(batch, "doc"))
-            return {"lexical": lexical, "cls": cls}
-
-        texts = self.corpus_texts(collection)  # the corpus's cached tokens
-
-        def encode_docs(docids: list[str]) -> dict[str, torch.Tensor]:
-            return encode_payload(parts, texts(docids), self.encode_batch_size, "docs")
-
-        terms = self.encoder.tokenizer.convert_ids_to_tokens
-        return TermEncoder(encode_queries, encode_docs, self.vocab_size, BERT_DISCARD, terms, self.lambda_cls,
-                           self.encode_batch_size, self.query_prep())  # fmt: skip
+        return encoder_term_weights(self, collection, self.encode_parts, BERT_DISCARD, self.lambda_cls)
