@@ -29,72 +29,8 @@ from retrieval_zoo.ecosystem import (
     write_sparse_encoder,
 )
 from retrieval_zoo.exported import FORMAT, MANIFEST, WEIGHTS, encoder_modules, folder_name
+from retrieval_zoo.model_card import ecosystem_usage, model_card
 from retrieval_zoo.trained import load_trained, trained_config
-
-CITATIONS = {
-    "clear": "Luyu Gao, Zhuyun Dai, Tongfei Chen, Zhen Fan, Benjamin Van Durme and Jamie Callan. Complement Lexical "
-    "Retrieval Model with Semantic Residual Embeddings. ECIR 2021.",
-    "roc": "Dohyeon Lee, Seung-won Hwang, Kyungjae Lee, Seungtaek Choi and Sunghyun Park. On Complementarity "
-    "Objectives for Hybrid Retrieval. ACL 2023.",
-    "delade": "Sheng-Chieh Lin and Jimmy Lin. A Dense Representation Framework for Lexical and Semantic Matching. "
-    "ACM Transactions on Information Systems, 2023.",
-    "csurf": "Zhen Fan, Luyu Gao and Jamie Callan. CSurF: Sparse Lexical Retrieval through Contextualized Surface "
-    "Forms. ICTIR 2023.",
-}
-
-
-def citation(method_name: str) -> str:
-    """The paper a method implements (DeLADE's for ``delade*`` and the DLR/DHR fusions)."""
-    key = next(
-        (k for k in CITATIONS if method_name.startswith(k)), "delade" if method_name[:3] in ("dlr", "dhr") else ""
-    )
-    return CITATIONS.get(key, "The dense bi-encoder reference of retrieval_zoo (no paper).")
-
-
-def model_card(run: DictConfig, results: dict, encoders: dict[str, str]) -> str:
-    """``README.md`` in the Hugging Face model-card format: front matter, metrics, data, config, citation, usage."""
-    name, dataset = str(run.method_name), str(run.get("dataset_name", run.dataset.get("name", "")))
-    rows = [f"| {system} | " + " | ".join(f"{value:.4f}" for value in metrics.values()) + " |"
-            for system, metrics in results.get("metrics", {}).items()]  # fmt: skip
-    measures = next(iter(results.get("metrics", {}).values()), {})
-    table = "\n".join([f"| system | {' | '.join(measures)} |", "|---|" + "---|" * len(measures), *rows])
-    tuned = results.get("tuning") or {}
-    return f"""---
-library_name: retrieval_zoo
-license: apache-2.0
-tags: [retrieval_zoo, information-retrieval, first-stage-retrieval, {name}]
----
-
-# retrieval_zoo: `{name}` trained on `{dataset}`
-
-Method `{name}` with the `{run.get("backbone_name", "")}` backbone, trained by retrieval_zoo (`python train.py`) on
-`{dataset}` and evaluated on its `{results.get("split", "")}` split ({results.get("queries", "?")} queries, depth
-{results.get("k", "?")}) with the index `{run.get("index_name", "")}`.
-
-{table}
-
-Retrieval-time weight tuned by the run: {json.dumps(tuned) if tuned else "none"}. The encoders are in
-{", ".join(f"`{f}/`" for f in encoders.values())}; the training config is `run_config.yaml`.
-
-## Usage
-
-```bash
-pip install -c constraints.txt -e .   # in a clone of retrieval_zoo (not on PyPI)
-python evaluate.py model_dir=<this folder>               # the run's own evaluation, from this folder alone
-python evaluate.py model_dir=<this folder> dataset=beir dataset.root=/data/beir/scifact
-```
-
-```python
-import retrieval_zoo
-
-model = retrieval_zoo.load("<this folder>")
-queries = model.encode_query(["what is a debian package"])
-```
-
-## Citation
-
-{citation(name)}
-"""
 
 
 def write_export(run: DictConfig, model: torch.nn.Module, results: dict, source: str, folder: Path) -> dict:
@@ -134,7 +70,8 @@ def write_export(run: DictConfig, model: torch.nn.Module, results: dict, source:
                "sentence_transformers": loads_as,
                "method": OmegaConf.to_container(run.method, resolve=True)}  # fmt: skip
     write_json(folder / MANIFEST, summary)
-    (folder / "README.md").write_text(model_card(run, results, encoders))
+    usage = ecosystem_usage(loads_as, is_csurf_expansion(model))
+    (folder / "README.md").write_text(model_card(run, results, encoders, usage))
     return summary
 
 

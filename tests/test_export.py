@@ -7,8 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from retrieval_zoo.export import check_out, citation, model_card, upload
+from retrieval_zoo.export import check_out, upload
 from retrieval_zoo.exported import FORMAT, MANIFEST, manifest
+from retrieval_zoo.model_card import citation, ecosystem_usage, model_card
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -72,6 +73,13 @@ def test_the_model_card_has_front_matter_metrics_and_the_papers_citation() -> No
     assert "CSurF: Sparse Lexical Retrieval through Contextualized Surface Forms. ICTIR 2023." in card
     assert "evaluate.py model_dir=" in card
     assert "Lin and Jimmy Lin" in citation("dlr_splade") and "Residual Embeddings" in citation("clear")
+    assert "sentence_transformers" not in card  # no usage snippet of its own: the folder loads with retrieval_zoo
+    card = model_card(run, results, {"encoder": "encoder"}, ecosystem_usage("SparseEncoder", csurf=True))
+    assert 'SparseEncoder("<this folder>", trust_remote_code=True)' in card and "modeling_csurf.py" in card
+    assert card.index("SparseEncoder") < card.index("## Citation")
+    assert 'SparseEncoder("<this folder>")' in ecosystem_usage("SparseEncoder", csurf=False)
+    assert 'SentenceTransformer("<this folder>")' in ecosystem_usage("SentenceTransformer", csurf=False)
+    assert ecosystem_usage(None, csurf=False) == ""
 
 
 @pytest.mark.slow

@@ -46,6 +46,7 @@ LAYERS = [  # lowest first; a module may import from its own layer and the ones 
             "reproduce",
             "export_ciff",
             "export",
+            "model_card",
             "exported",
             "ecosystem",
         },
