@@ -58,20 +58,19 @@ def write_export(run: DictConfig, model: torch.nn.Module, results: dict, source:
     if results:
         write_json(folder / "results.json", results)
     OmegaConf.save(run, folder / "run_config.yaml")
-    loads_as, path = None, next(iter(modules), None)
+    loads_as, path, csurf = None, next(iter(modules), None), is_csurf_expansion(model)
     if len(modules) == 1 and is_pooled_dense(model):
         write_sentence_transformers(modules[path], folder, encoders[path])
         loads_as = "SentenceTransformer"
-    elif len(modules) == 1 and (is_splade(model) or is_csurf_expansion(model)):
-        write_sparse_encoder(modules[path], folder, encoders[path], csurf=is_csurf_expansion(model))
+    elif len(modules) == 1 and (is_splade(model) or csurf):
+        write_sparse_encoder(modules[path], folder, encoders[path], csurf=csurf)
         loads_as = "SparseEncoder"
     summary = {"format": FORMAT, "method_name": str(run.method_name), "source": source, "encoders": encoders,
                "weights": WEIGHTS, "index_name": str(run.get("index_name")), "tuning": results.get("tuning") or None,
                "sentence_transformers": loads_as,
                "method": OmegaConf.to_container(run.method, resolve=True)}  # fmt: skip
     write_json(folder / MANIFEST, summary)
-    usage = ecosystem_usage(loads_as, is_csurf_expansion(model))
-    (folder / "README.md").write_text(model_card(run, results, encoders, usage))
+    (folder / "README.md").write_text(model_card(run, results, encoders, ecosystem_usage(loads_as, csurf)))
     return summary
 
 
