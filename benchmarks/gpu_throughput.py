@@ -32,6 +32,7 @@ import torch
 from lightning.fabric.utilities.apply_func import move_data_to_device
 
 from benchmarks.common import composed, header, side_by_side, small_bags
+from benchmarks.recorded_bm25 import RecordedBM25, bm25_for
 from retrieval_zoo.data.collections import Collection, embedded
 from retrieval_zoo.encoder import Encoder
 from retrieval_zoo.index.csf import InvertedLists
@@ -148,13 +149,19 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--compile", action="store_true")
     parser.add_argument("--repeat", type=int, default=5)
     parser.add_argument("--end-to-end", default=None, help="a trainer config: also time `python train.py trainer=…`")
+    parser.add_argument("--bm25", default=None, help="record=FILE or replay=FILE: BM25's Java answers (recorded_bm25)")
     return parser.parse_args(argv)
 
 
 def main() -> None:
     args = parse_args()
     collection = embedded("default")
-    measure(args, collection, BM25(collection))
+    bm25 = bm25_for(collection, args.bm25)
+    try:
+        measure(args, collection, bm25)
+    finally:
+        if isinstance(bm25, RecordedBM25) and bm25.mode == "record":
+            bm25.save()
 
 
 def measure(args: argparse.Namespace, collection: Collection, bm25: BM25) -> None:

@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# One lent GPU machine's measurements (../shared/GPU.md), run from the repository root there:
+#   bash benchmarks/gpu_session.sh STAGE...      STAGE: check, bf16, e2e, compiled, csurf_precision
+# Needs .gpu/ prepared on a machine with the package index and Java (benchmarks/gpu_prepare.sh). Each stage writes
+# its log under $OUT (or /tmp/gpu_out) as it runs, so a command stopped at its limit still returns what it measured.
+set -uo pipefail
+out=${OUT:-/tmp/gpu_out}
+mkdir -p "$out"
+python3 -m pip install -q --no-index --no-deps --no-compile --upgrade --target /tmp/site .gpu/whl/*.whl || exit 1
+export PYTHONPATH=/tmp/site HF_HUB_OFFLINE=1 WANDB_MODE=offline OPENAI_API_KEY=dummy PYTHONUNBUFFERED=1
+mkdir -p ~/.cache/retrieval_zoo && for f in .gpu/cache_*.tar.xz; do tar xJf "$f" -C ~/.cache/retrieval_zoo; done
+throughput=(python3 -m benchmarks.gpu_throughput --device cuda --backbone bert_base_random --precision bf16
+  --bm25 replay=.gpu/bm25.pkl.gz)
+
+table='^\||^##|CSurF|end to end|Error|error:|Traceback'  # the tables and failures, not the progress bars
+
+for stage in "$@"; do
+  echo "=== $stage $(date -u +%T)"
+  case $stage in
+    check)
+      nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
+      python3 -c "import torch, transformers, lightning; print('torch', torch.__version__, 'transformers',
+        transformers.__version__, 'lightning', lightning.__version__, torch.cuda.get_device_name())"
+      cat .gpu/commit
+      python3 -c "import retrieval_zoo.pipeline" && python3 train.py --cfg job >/dev/null && echo compose ok ;;
+    bf16)
+      "${throughput[@]}" 2>&1 | tee "$out/bf16.log" | tr '\r' '\n' | grep -E "$table" ;;
+    e2e)
+      start=$(date +%s)
+      python3 train.py trainer=gpu logger=csv trainer.enable_progress_bar=false hydra.run.dir=/tmp/runs/default \
+        > "$out/e2e.log" 2>&1
+      echo "python train.py trainer=gpu: rc $? in $(($(date +%s) - start)) s"
+      tail -25 "$out/e2e.log" ;;
+    compiled)
+      "${throughput[@]}" --compile --methods "${COMPILED_METHODS:-dense,csurf}" 2>&1 | tee "$out/compiled.log" \
+        | tr '\r' '\n' | grep -E "$table" ;;
+    csurf_precision)
+      for precision in bf16-mixed 32-true; do
+        start=$(date +%s)
+        python3 train.py experiment=csurf trainer=gpu trainer.precision=$precision logger=csv seed=13 \
+          trainer.enable_progress_bar=false hydra.run.dir=/tmp/runs/csurf_$precision > "$out/csurf_$precision.log" 2>&1
+        echo "csurf $precision: rc $? in $(($(date +%s) - start)) s"
+        grep -iE "mrr|C\^d|E_OPS|csf" "$out/csurf_$precision.log" | tail -8
+        cp /tmp/runs/csurf_$precision/results.json "$out/csurf_$precision.json" 2>/dev/null
+      done ;;
+    *) echo "unknown stage $stage"; exit 2 ;;
+  esac
+done
