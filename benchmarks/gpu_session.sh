@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # One lent GPU machine's measurements (../shared/GPU.md), run from the repository root there:
-#   bash benchmarks/gpu_session.sh STAGE...      STAGE: check, bf16, e2e, compiled, csurf_precision
+#   bash benchmarks/gpu_session.sh STAGE...      STAGE: check, bf16, e2e, compiled, syncs, csurf_precision
 # Needs .gpu/ prepared on a machine with the package index and Java (benchmarks/gpu_prepare.sh). Each stage writes
 # its log under $OUT (or /tmp/gpu_out) as it runs, so a command stopped at its limit still returns what it measured.
 set -uo pipefail
@@ -34,6 +34,10 @@ for stage in "$@"; do
     compiled)
       "${throughput[@]}" --compile --methods "${COMPILED_METHODS:-dense,csurf}" 2>&1 | tee "$out/compiled.log" \
         | tr '\r' '\n' | grep -E "$table" ;;
+    syncs)  # torch.cuda.set_sync_debug_mode: each host synchronisation by source line (no BM25 record needed)
+      python3 -m benchmarks.gpu_throughput --device cuda --backbone bert_base_random --precision bf16 --sync-debug \
+        --methods "${SYNC_METHODS:-dense,delade_cls,csurf,dlr_splade}" --repeat 1 --docs 256 --queries 0 2>&1 \
+        | tee "$out/syncs.log" | tr '\r' '\n' | grep -E "$table|^syncs" ;;
     csurf_precision)
       for precision in bf16-mixed 32-true; do
         start=$(date +%s)

@@ -26,7 +26,10 @@ import subprocess
 import sys
 import tempfile
 import time
+import warnings
+from collections import Counter
 from collections.abc import Callable
+from functools import partial
 
 import torch
 from lightning.fabric.utilities.apply_func import move_data_to_device
@@ -97,6 +100,30 @@ def step_ratio(model: torch.nn.Module, batch: object, autocast: object, repeat: 
     return timings["bare"], timings["method"]
 
 
+def train_step(model: torch.nn.Module, batch: object, autocast: object) -> None:
+    """One training step's forward and backward, as :func:`step_ratio` times it."""
+    with autocast():
+        losses, _ = model.losses(batch)
+    torch.stack(list(losses.values())).sum().backward()
+    model.zero_grad(set_to_none=True)
+
+
+def report_syncs(what: str, fn: Callable[[], object]) -> None:
+    """Print the host synchronisations ``fn()`` makes on CUDA, by source line (torch's sync debug mode)."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        torch.cuda.set_sync_debug_mode("warn")
+        try:
+            fn()
+            torch.cuda.synchronize()
+        finally:
+            torch.cuda.set_sync_debug_mode("default")
+    lines = Counter(
+        f"{w.filename.split('retrieval_zoo/')[-1]}:{w.lineno}" for w in caught if "synchroniz" in str(w.message)
+    )
+    print(f"syncs, {what}: {sum(lines.values())} " + ", ".join(f"{k} ×{n}" for k, n in lines.most_common()))
+
+
 def first_output(output: object) -> torch.Tensor:
     """The logits or last hidden states of a backbone's output."""
     return output[0]
@@ -149,6 +176,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--compile", action="store_true")
     parser.add_argument("--repeat", type=int, default=5)
     parser.add_argument("--end-to-end", default=None, help="a trainer config: also time `python train.py trainer=…`")
+    parser.add_argument("--sync-debug", action="store_true", help="CUDA: print each step's and encoding's host syncs")
     parser.add_argument("--bm25", default=None, help="record=FILE or replay=FILE: BM25's Java answers (recorded_bm25)")
     return parser.parse_args(argv)
 
@@ -191,12 +219,18 @@ def measure(args: argparse.Namespace, collection: Collection, bm25: BM25) -> Non
             datamodule.setup("fit")
             batch = move_data_to_device(next(iter(datamodule.train_dataloader())), device)
             bare, step = step_ratio(model.train(), batch, autocast, args.repeat)
+            if args.sync_debug:
+                report_syncs(f"{method} step", partial(train_step, model, batch, autocast))
         replay, project = encoding_ratio(model.eval(), index, docids, autocast, collection, bm25)
+        if args.sync_debug:
+            encode = index.doc_encoder(model, collection, bm25)
+            with torch.inference_mode(), autocast():
+                report_syncs(f"{method} encoding of {args.batch_size} docs", partial(encode, docids[: args.batch_size]))
         n = len(docids)
         steps = f"{bare:.4f} | {step:.4f} | {step / bare:.2f}" if step else "— | — | —"
         replayed = f"{n / replay:,.0f} | {replay / project:.2f}" if replay else "— | —"
         print(f"| {method} | {steps} | {n / project:,.0f} | {replayed} |")
-        if method == "csurf":
+        if method == "csurf" and args.queries > 0:
             queries = dict(list(collection.judged_queries("dev").items())[: args.queries])
             with torch.inference_mode(), autocast():
                 retriever = InvertedLists().build(model, collection, bm25)
