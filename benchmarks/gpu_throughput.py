@@ -115,9 +115,9 @@ def report_syncs(what: str, fn: Callable[[], object]) -> None:
         torch.cuda.set_sync_debug_mode("warn")
         try:
             fn()
-            torch.cuda.synchronize()
         finally:
             torch.cuda.set_sync_debug_mode("default")
+    torch.cuda.synchronize()
     lines = Counter(
         f"{w.filename.split('retrieval_zoo/')[-1]}:{w.lineno}" for w in caught if "synchroniz" in str(w.message)
     )

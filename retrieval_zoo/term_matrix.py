@@ -59,7 +59,7 @@ def to_csr(matrix: torch.Tensor) -> torch.Tensor:
 
 def offsets_of(rows: torch.Tensor, count: int) -> torch.Tensor:
     """(count + 1,) int64 row offsets of entries whose (nnz,) rows are ``rows``, in row order."""
-    offsets = torch.zeros(count + 1, dtype=torch.int64)
+    offsets = torch.zeros(count + 1, dtype=torch.int64, device=rows.device)
     offsets[1:] = torch.cumsum(torch.bincount(rows, minlength=count), 0)
     return offsets
 
