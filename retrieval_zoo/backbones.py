@@ -25,6 +25,8 @@ from transformers import (
 )
 from transformers.utils import logging as hf_logging
 
+from retrieval_zoo.attention import without_host_sync
+
 HUB_HOST = "huggingface.co"
 
 
@@ -117,7 +119,7 @@ class Backbone:
         hf_logging.set_verbosity_error()  # an MLM checkpoint loaded as a bare encoder reports its unused head
         hf_logging.disable_progress_bar()
         source, local_only = self.source()
-        return cls.from_pretrained(source, local_files_only=local_only)
+        return without_host_sync(cls.from_pretrained(source, local_files_only=local_only))
 
 
 class TinyRandomBackbone(Backbone):
@@ -158,5 +160,5 @@ class TinyRandomBackbone(Backbone):
             max_position_embeddings=512,
         )
         torch.manual_seed(self.seed)
-        model = BertForMaskedLM(config)
+        model = without_host_sync(BertForMaskedLM(config))
         return model if mlm_head else model.bert

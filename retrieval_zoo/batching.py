@@ -165,20 +165,18 @@ def encode_payload(
     gives the length of the text each stands for, so batches still group similar lengths. A value given as a sparse
     CSR matrix (term weights, :mod:`retrieval_zoo.term_matrix`) stays one: its batches are stacked, then put in order.
     """
-    out: dict[str, torch.Tensor] = {}
-    sparse: dict[str, list[tuple[list[int], torch.Tensor]]] = {}
+    # Each batch's values stay on the encoder's device until the end: one copy to the host, not a wait per batch.
+    pieces: dict[str, list[tuple[list[int], torch.Tensor]]] = {}
     for batch, items in prepared_batches(texts, batch_size, lengths, prepare, desc):
         for name, value in encode(items).items():
-            if value is None:
-                continue
-            if is_csr(value):
-                sparse.setdefault(name, []).append((batch, value.float().cpu()))
-                continue
-            if name not in out:
-                out[name] = torch.empty((len(texts), *value.shape[1:]), dtype=torch.float32)
-            out[name][batch] = value.float().cpu()
-    for name, pieces in sparse.items():  # stacked in batch order; output row i is stacked row position[i]
+            if value is not None:
+                pieces.setdefault(name, []).append((batch, value.float()))
+    out: dict[str, torch.Tensor] = {}
+    for name, parts in pieces.items():  # stacked in batch order; output row i is stacked row position[i]
         position = torch.empty(len(texts), dtype=torch.long)
-        position[torch.tensor([row for batch, _ in pieces for row in batch])] = torch.arange(len(texts))
-        out[name] = take_rows(cat_rows([matrix for _, matrix in pieces]), position)
+        position[torch.tensor([row for batch, _ in parts for row in batch])] = torch.arange(len(texts))
+        if is_csr(parts[0][1]):
+            out[name] = take_rows(cat_rows([matrix for _, matrix in parts]).cpu(), position)
+        else:
+            out[name] = torch.cat([value for _, value in parts]).cpu()[position]
     return out

@@ -12,7 +12,7 @@ def test_stride_slicing_map_by_hand() -> None:
     slices, positions = slicing.slot(np.array([2, 3, 6, 7, 11]))
     assert slices.tolist() == [0, 1, 0, 1, 1] and positions.tolist() == [0, 0, 1, 1, 2]
     # cells row-major (slice, position): slice 0 holds j = 0, 4, 8 → ids 2, 6, 10; slice 2 holds j = 2, 6, (10: pad)
-    assert slicing.order().tolist() == [2, 6, 10, 3, 7, 11, 4, 8, -1, 5, 9, -1]
+    assert slicing.order.tolist() == [2, 6, 10, 3, 7, 11, 4, 8, -1, 5, 9, -1]
     with pytest.raises(ValueError, match=r"ids must lie in \[2, 12\)"):
         slicing.slot(np.array([1]))
 
@@ -27,10 +27,10 @@ def test_contiguous_and_random_slicing_are_bijections() -> None:
         assert len(set(zip(slices.tolist(), positions.tolist(), strict=True))) == len(ids)  # no two ids share a cell
         assert (slicing.term_id(slices, positions) == ids).all()
     assert (
-        Slicing(1000, 64, 30, "random", seed=3).order().tolist() == Slicing(1000, 64, 30, "random", 3).order().tolist()
+        Slicing(1000, 64, 30, "random", seed=3).order.tolist() == Slicing(1000, 64, 30, "random", 3).order.tolist()
     )
     assert (
-        Slicing(1000, 64, 30, "random", seed=4).order().tolist() != Slicing(1000, 64, 30, "random", 3).order().tolist()
+        Slicing(1000, 64, 30, "random", seed=4).order.tolist() != Slicing(1000, 64, 30, "random", 3).order.tolist()
     )
     assert Slicing(vocab_size=100_000, slices=64, discard=0).index_dtype == np.uint16
     with pytest.raises(ValueError, match="slicing strategy"):
@@ -46,6 +46,25 @@ def test_densify_keeps_each_slice_maximum_and_its_position() -> None:
     values, indices = densify(bow, slicing)
     assert values.dtype == np.float16 and indices.dtype == np.uint8
     assert values.tolist() == [[0.75, 0.0, 0.0, 2.0]] and indices[0, [0, 3]].tolist() == [2, 1]
+
+
+@pytest.mark.parametrize("strategy", ["stride", "contiguous", "random"])
+def test_densify_of_csr_entries_equals_the_dense_path_ties_and_empty_slices_included(strategy: str) -> None:
+    from retrieval_zoo.term_matrix import to_csr
+
+    slicing = Slicing(vocab_size=1000, slices=64, discard=30, strategy=strategy, seed=1)
+    rng = np.random.default_rng(0)
+    bow = torch.zeros(12, 1000)
+    for row in range(12):  # sparse rows, a few values repeated (ties within a slice), one row empty
+        ids = rng.choice(1000, size=row * 6, replace=False)
+        bow[row, ids] = torch.from_numpy(rng.choice([0.5, 1.0, 1.5, 2.25], size=len(ids))).float()
+    bow[3, :30] = 5.0  # discarded ids never win
+    csr_values, csr_indices = densify(to_csr(bow), slicing)
+    dense_values, dense_indices = densify(bow, slicing)
+    assert csr_values.tolist() == dense_values.tolist() and csr_indices.tolist() == dense_indices.tolist()
+    with_negative = bow.clone()
+    with_negative[5, 40] = -1.0  # the dense path, whose zeros beat a negative entry, decides
+    assert densify(to_csr(with_negative), slicing)[1].tolist() == densify(with_negative, slicing)[1].tolist()
 
 
 def test_gip_equals_the_exact_inner_product_when_slices_do_not_collide() -> None:

@@ -20,16 +20,16 @@ from retrieval_zoo.data.formats import Run
 from retrieval_zoo.index.dlr import Slicing, densify, explain, hybrid
 from retrieval_zoo.index.gip import GipIndex
 from retrieval_zoo.index.shards import CorpusShards, Payload, merge_topk
-from retrieval_zoo.term_matrix import dense_rows, row_range
+from retrieval_zoo.term_matrix import row_range
 
 PartEncoder = Callable[[list[str]], tuple[torch.Tensor, torch.Tensor | None]]
 
 
 def densify_parts(
-    lexical: torch.Tensor, cls: torch.Tensor | None, slicing: Slicing, order: np.ndarray, lam: float
+    lexical: torch.Tensor, cls: torch.Tensor | None, slicing: Slicing, lam: float
 ) -> tuple[np.ndarray, np.ndarray, int]:
     """DLR of (n, |V|) ``lexical`` vectors, dense or CSR (Eq. 4–8), or DHR with (n, c) ``cls`` (Eq. 14–16); and c."""
-    values, indices = densify(dense_rows(lexical), slicing, order)
+    values, indices = densify(lexical, slicing)
     if cls is None:
         return values, indices, 0
     return (*hybrid(values, indices, cls.float().cpu().numpy(), lam), cls.shape[1])
@@ -37,9 +37,9 @@ def densify_parts(
 
 def represent_shard(payload: Payload, slicing: Slicing, lam: float, batch_size: int) -> tuple[np.ndarray, ...]:
     """(n, M [+ c]) float16 values and indices of a shard's ``lexical`` (and ``cls``) vectors, and c."""
-    lexical, cls, order = payload["lexical"], payload.get("cls"), slicing.order()
+    lexical, cls = payload["lexical"], payload.get("cls")
     parts = [densify_parts(row_range(lexical, i, i + batch_size), None if cls is None else cls[i : i + batch_size],
-                           slicing, order, lam) for i in range(0, lexical.shape[0], batch_size)]  # fmt: skip
+                           slicing, lam) for i in range(0, lexical.shape[0], batch_size)]  # fmt: skip
     values = np.concatenate([p[0] for p in parts]).astype(np.float16)
     return values, np.concatenate([p[1] for p in parts]), parts[0][2]
 
@@ -70,9 +70,9 @@ def represent(
     Returns:
         (n, M [+ c]) float16 values, (n, M [+ c]) indices, and the number of [CLS] dimensions c.
     """
-    order, values, indices, cls_dims = slicing.order(), None, None, 0
+    values, indices, cls_dims = None, None, 0
     for batch, texts in prepared_batches(items, batch_size, lengths, prepare, desc):
-        part_values, part_indices, cls_dims = densify_parts(*encode(texts), slicing, order, lam)
+        part_values, part_indices, cls_dims = densify_parts(*encode(texts), slicing, lam)
         if values is None:
             values = np.empty((len(items), part_values.shape[1]), dtype=np.float16)
             indices = np.empty((len(items), part_values.shape[1]), dtype=part_indices.dtype)

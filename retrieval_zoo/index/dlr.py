@@ -10,9 +10,12 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from functools import cached_property
 
 import numpy as np
 import torch
+
+from retrieval_zoo.term_matrix import dense_rows, entry_rows, is_csr, parts
 
 SLICINGS = ("contiguous", "stride", "random")
 
@@ -91,31 +94,72 @@ class Slicing:
             j = self._inverse[j]
         return np.where((j >= 0) & (j < self.kept), j + self.discard, -1)
 
+    @cached_property
     def order(self) -> torch.Tensor:
         """(M·N,) vocabulary id of each (slice, position) cell in row-major order; −1 for padding."""
         cells = np.arange(self.slices * self.width)
         return torch.from_numpy(self.term_id(cells // self.width, cells % self.width))
 
+    @cached_property
+    def cells(self) -> torch.Tensor:
+        """(|V|,) the cell (slice · N + position) of each vocabulary id; −1 for the discarded ids."""
+        order, cells = self.order, torch.full((self.vocab_size,), -1, dtype=torch.int64)
+        real = order >= 0
+        cells[order[real]] = torch.arange(len(order))[real]
+        return cells
 
-def densify(bow: torch.Tensor, slicing: Slicing, order: torch.Tensor | None = None) -> tuple[np.ndarray, np.ndarray]:
+    @cached_property
+    def first_open(self) -> torch.Tensor:
+        """(M,) each slice's first position that holds a vocabulary id; −1 for a slice of padding alone."""
+        real = self.order.view(self.slices, self.width) >= 0
+        return torch.where(real.any(dim=1), real.int().argmax(dim=1), -1)
+
+
+def densify(bow: torch.Tensor, slicing: Slicing) -> tuple[np.ndarray, np.ndarray]:
     """DLR of lexical vectors (Eq. 6–8): each slice's largest value (float16) and its position in the slice.
 
+    A CSR matrix is densified from its entries alone, in time proportional to them (BM25's vocabulary grows with the
+    corpus, so a pass over |V| per document would make the build quadratic); it gives the dense path's result:
+    absent entries are zeros, and ties go to the first position, as ``max`` gives them.
+
     Args:
-        bow: (B, |V|) lexical vectors.
+        bow: (B, |V|) lexical vectors, dense or CSR.
         slicing: The slicing map.
-        order: ``slicing.order()``, precomputed (pass it when densifying many batches).
 
     Returns:
         (B, M) values as float16 and (B, M) positions as ``slicing.index_dtype``.
     """
     if bow.shape[1] != slicing.vocab_size:
         raise ValueError(f"vectors have {bow.shape[1]} dimensions, the slicing expects {slicing.vocab_size}")
-    order = slicing.order() if order is None else order
-    padded = torch.cat([bow.float(), torch.full((bow.shape[0], 1), -torch.inf, device=bow.device)], dim=1)
-    cells = padded[:, order.to(bow.device)]  # index −1 picks the −inf column: padding never wins a slice
-    best = cells.view(bow.shape[0], slicing.slices, slicing.width).max(dim=2)
-    values = best.values.clamp(min=torch.finfo(torch.float16).min).to(torch.float16)
-    return values.cpu().numpy(), best.indices.cpu().numpy().astype(slicing.index_dtype)
+    if is_csr(bow) and not bool((bow.values() < 0).any()):
+        best_values, best_positions = _densify_entries(bow, slicing)
+    else:
+        bow = dense_rows(bow)
+        padded = torch.cat([bow.float(), torch.full((bow.shape[0], 1), -torch.inf, device=bow.device)], dim=1)
+        cells = padded[:, slicing.order.to(bow.device)]  # index −1 picks the −inf column: padding never wins a slice
+        best_values, best_positions = cells.view(bow.shape[0], slicing.slices, slicing.width).max(dim=2)
+    values = best_values.clamp(min=torch.finfo(torch.float16).min).to(torch.float16)
+    return values.cpu().numpy(), best_positions.cpu().numpy().astype(slicing.index_dtype)
+
+
+def _densify_entries(bow: torch.Tensor, slicing: Slicing) -> tuple[torch.Tensor, torch.Tensor]:
+    """(B, M) largest values and their first positions from a CSR matrix's non-negative entries (Eq. 6–8)."""
+    offsets, columns, weights = parts(bow)
+    cells = slicing.cells.to(bow.device)[columns]
+    keep = (weights > 0) & (cells >= 0)  # zeros tie with the absent entries; discarded ids are in no slice
+    rows, cells, weights = entry_rows(offsets)[keep], cells[keep], weights[keep].float()
+    slots = rows * slicing.slices + cells // slicing.width
+    size = bow.shape[0] * slicing.slices
+    best = weights.new_zeros(size).scatter_reduce(0, slots, weights, "amax")
+    won = weights == best[slots]
+    first = torch.full((size,), slicing.width, device=bow.device).scatter_reduce(
+        0, slots[won], (cells % slicing.width)[won], "amin"
+    )
+    empty = slicing.first_open.to(bow.device).clamp(min=0).repeat(bow.shape[0])  # no entry: first real position
+    first = torch.where(first == slicing.width, empty, first)
+    padding = torch.full((), -torch.inf, device=bow.device)  # a slice of padding cells alone, as the dense path
+    best = torch.where(slicing.first_open.to(bow.device) >= 0, best.view(-1, slicing.slices), padding)
+    return best, first.view(-1, slicing.slices)
 
 
 def hybrid(values: np.ndarray, indices: np.ndarray, cls: np.ndarray, lam: float) -> tuple[np.ndarray, np.ndarray]:

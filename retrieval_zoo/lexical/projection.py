@@ -91,8 +91,7 @@ class RademacherProjection:
 
         Equal to :meth:`project` on the same bags in the same order: the same columns, products and sums.
         """
-        unique, inverse = torch.unique(bags.columns, return_inverse=True)
-        basis = self.columns_torch(unique)[inverse]  # (nnz, k)
+        basis = self.columns_torch(bags.columns)  # (nnz, k): a column per entry (unique keys would sync the host)
         out = torch.zeros(bags.count, self.dim, device=bags.weights.device)
         return out.index_add_(0, bags.rows, basis * bags.weights[:, None])
 

@@ -1,0 +1,122 @@
+"""Host synchronisations of each method's training step and corpus-encoding batch, counted on any machine.
+
+On CUDA, ``.item()``, ``bool()`` / ``float()`` of a tensor, ``.tolist()``, ``.cpu()`` / ``.numpy()``, ``nonzero``,
+``unique``, ``masked_select``, boolean-mask indexing and ``repeat_interleave`` without ``output_size`` stop the host
+until the GPU catches up. ``torch.profiler`` records the ops behind them on a CPU run too
+(``aten::_local_scalar_dense``, ``aten::nonzero``, ``aten::_unique2``, ...) and, with Python stacks, the calls of
+``tolist`` / ``cpu`` / ``numpy`` that leave no op on the CPU. Each is counted once, at its outermost op, and named by
+the first frame outside torch; the DataLoader's own work (host tensors, its seeds) is not counted.
+On a GPU, ``benchmarks.gpu_throughput --sync-debug`` gives the same count from torch's own sync debug mode.
+
+    python -m benchmarks.host_syncs [--backbone tiny_random] [--methods dense,csurf] [--batch-size 8] [--docs 64]
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections import Counter
+from collections.abc import Callable
+from functools import partial
+
+import torch
+from torch.profiler import ProfilerActivity, profile
+
+from benchmarks.common import composed, header, small_bags
+from retrieval_zoo.data.collections import Collection, embedded
+from retrieval_zoo.lexical.bm25 import BM25
+from retrieval_zoo.training.datamodule import TriplesDataModule
+
+METHODS = ("dense", "clear", "roc", "delade_cls", "csurf", "dlr_splade", "dhr_bm25_dense")
+SYNC_OPS = frozenset({
+    "aten::_local_scalar_dense",  # .item(), bool(), float(), repeat_interleave without output_size, masked_select
+    "aten::nonzero",  # nonzero, boolean-mask indexing
+    "aten::_unique2", "aten::unique_dim", "aten::unique_consecutive", "aten::unique_dim_consecutive",
+})  # fmt: skip
+HOST_COPIES = tuple(f"<built-in method {name} of Tensor" for name in ("tolist", "numpy", "cpu"))
+
+
+def host_syncs(fn: Callable[[], object]) -> Counter[str]:
+    """The host synchronisations ``fn()`` would make on CUDA: ``"op at file(line): function"`` → count."""
+    with profile(activities=[ProfilerActivity.CPU], with_stack=True) as prof:
+        fn()
+    counted: set[int] = set()
+    syncs: Counter[str] = Counter()
+    for event in prof.events():
+        if event.name not in SYNC_OPS and not event.name.startswith(HOST_COPIES):
+            continue
+        outermost, site, parent, loader = event, None, event.cpu_parent, False
+        while parent is not None:  # the outermost aten op (repeat_interleave, index, ...) and the caller's frame
+            if parent.name.startswith("aten::"):
+                outermost = parent
+            elif site is None and "(" in parent.name and not parent.name.startswith(("torch/", "<built-in")):
+                site = parent.name
+            loader |= parent.name.startswith("torch/utils/data/")  # the DataLoader's own work, on host tensors
+            parent = parent.cpu_parent
+        if not loader and id(outermost) not in counted:
+            counted.add(id(outermost))
+            name = outermost.name if outermost.name.startswith("aten::") else outermost.name.split()[2]  # tolist
+            syncs[f"{name} at {site}"] += 1
+    return syncs
+
+
+def method_syncs(method: str, backbone: str, collection: Collection, bm25: BM25, batch_size: int,
+                 docs: int) -> tuple[Counter[str] | None, Counter[str], Counter[str]]:  # fmt: skip
+    """(syncs of one training step or None for an untrained method, of encoding ``docs`` and 4 × ``docs`` documents).
+
+    An encoding's count that grows with the documents is paid per batch; the rest, once a call (the copy of the
+    encoded call to the host).
+    """
+    model, index = composed("method", method, f"backbone={backbone}", also=("index",))
+    if backbone.endswith("_random"):
+        small_bags(model)
+    step = None
+    if model.trainable:
+        datamodule = TriplesDataModule(collection, bm25, batch_size=batch_size, needs=model.needs, epochs=1,
+                                       tokenizer=model.text_tokenizer(), term_keys=model.term_keys())  # fmt: skip
+        datamodule.setup("fit")
+        batch = next(iter(datamodule.train_dataloader()))
+        model.train()
+
+        def train_step() -> None:
+            losses, _ = model.losses(batch)
+            torch.stack(list(losses.values())).sum().backward()
+            model.zero_grad(set_to_none=True)
+
+        train_step()  # first-call work (lazy tables, caches) is not a step's
+        step = host_syncs(train_step)
+    model.eval()
+    encode = index.doc_encoder(model, collection, bm25)
+    with torch.inference_mode():
+        encode(list(collection.corpus)[:docs])
+        encodings = tuple(host_syncs(partial(encode, list(collection.corpus)[:n])) for n in (docs, 4 * docs))
+    return step, *encodings
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--backbone", default="tiny_random")
+    parser.add_argument("--methods", default=",".join(METHODS))
+    parser.add_argument("--batch-size", type=int, default=8)
+    parser.add_argument("--docs", type=int, default=64)
+    args = parser.parse_args()
+    collection = embedded("default")
+    measure(args.methods.split(","), args.backbone, collection, BM25(collection), args.batch_size, args.docs)
+
+
+def measure(methods: list[str], backbone: str, collection: Collection, bm25: BM25, batch_size: int,
+            docs: int) -> dict[str, tuple[Counter[str] | None, Counter[str], Counter[str]]]:  # fmt: skip
+    """Print and return each method's syncs per training step and per encoding call of ``docs`` and 4 × ``docs``."""
+    header(f"Host synchronisations ({backbone}; a step of {batch_size} queries)")
+    print(f"| method | training step | encoding {docs} docs | encoding {4 * docs} docs | where (step / encoding) |")
+    print("|---|---|---|---|---|")
+    found = {}
+    for method in methods:
+        step, few, many = found[method] = method_syncs(method, backbone, collection, bm25, batch_size, docs)
+        sites = " / ".join(", ".join(f"{k} ×{n}" for k, n in c.most_common()) for c in (step or Counter(), many))
+        count = "—" if step is None else sum(step.values())
+        print(f"| {method} | {count} | {sum(few.values())} | {sum(many.values())} | {sites} |")
+    return found
+
+
+if __name__ == "__main__":
+    main()
