@@ -26,12 +26,8 @@ def test_contiguous_and_random_slicing_are_bijections() -> None:
         slices, positions = slicing.slot(ids)
         assert len(set(zip(slices.tolist(), positions.tolist(), strict=True))) == len(ids)  # no two ids share a cell
         assert (slicing.term_id(slices, positions) == ids).all()
-    assert (
-        Slicing(1000, 64, 30, "random", seed=3).order.tolist() == Slicing(1000, 64, 30, "random", 3).order.tolist()
-    )
-    assert (
-        Slicing(1000, 64, 30, "random", seed=4).order.tolist() != Slicing(1000, 64, 30, "random", 3).order.tolist()
-    )
+    assert Slicing(1000, 64, 30, "random", seed=3).order.tolist() == Slicing(1000, 64, 30, "random", 3).order.tolist()
+    assert Slicing(1000, 64, 30, "random", seed=4).order.tolist() != Slicing(1000, 64, 30, "random", 3).order.tolist()
     assert Slicing(vocab_size=100_000, slices=64, discard=0).index_dtype == np.uint16
     with pytest.raises(ValueError, match="slicing strategy"):
         Slicing(vocab_size=12, slices=4, strategy="hash")
