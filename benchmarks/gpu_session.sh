@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # One lent GPU machine's measurements (../shared/GPU.md), run from the repository root there:
-#   bash benchmarks/gpu_session.sh STAGE...      STAGE: check, bf16, e2e, compiled, syncs, csurf_precision
+#   bash benchmarks/gpu_session.sh STAGE...      STAGE: check, bf16, e2e, compiled, syncs, recheck, csurf_precision
 # Needs .gpu/ prepared on a machine with the package index and Java (benchmarks/gpu_prepare.sh). Each stage writes
 # its log under $OUT (or /tmp/gpu_out) as it runs, so a command stopped at its limit still returns what it measured.
 set -uo pipefail
@@ -38,6 +38,10 @@ for stage in "$@"; do
       python3 -m benchmarks.gpu_throughput --device cuda --backbone bert_base_random --precision bf16 --sync-debug \
         --methods "${SYNC_METHODS:-dense,delade_cls,csurf,dlr_splade}" --repeat 1 --docs 256 --queries 0 2>&1 \
         | tee "$out/syncs.log" | tr '\r' '\n' | grep -E "$table|^syncs" ;;
+    recheck)  # a short re-measure of what changed: the trained methods that need no BM25 record, with their syncs
+      python3 -m benchmarks.gpu_throughput --device cuda --backbone bert_base_random --precision bf16 --sync-debug \
+        --methods "${RECHECK_METHODS:-dense,delade_cls,dlr_splade}" --repeat 3 --queries 0 2>&1 \
+        | tee "$out/recheck.log" | tr '\r' '\n' | grep -E "$table|^syncs" ;;
     csurf_precision)
       for precision in bf16-mixed 32-true; do
         start=$(date +%s)

@@ -163,6 +163,29 @@ def synced(fn: Callable[[], object]) -> Callable[[], None]:
     return run
 
 
+def fixed_cost(args: argparse.Namespace, collection: Collection, bm25: BM25, autocast: object) -> None:
+    """Each trained method's step where compute is negligible, against the bare backbone's on the same tensors.
+
+    2 queries × (1 + 1) documents of at most 8 tokens on the tiny test backbone: what is left is the fixed cost of a
+    step (Python, small ops, host syncs), which a GPU waits through when nothing overlaps it.
+    """
+    device = torch.device(args.device)
+    header(f"Fixed cost of a step on {device}: 2 queries × (1 + 1) documents, 8 tokens, tiny_random")
+    print("| method | bare step (ms) | step (ms) | step ÷ bare |\n|---|---|---|---|")
+    for method in args.methods.split(","):
+        lengths = ("method.encoder.query_max_length=8", "method.encoder.doc_max_length=8")
+        model = composed("method", method, "backbone=tiny_random", *lengths)
+        if not model.trainable:
+            continue
+        small_bags(model)
+        datamodule = TriplesDataModule(collection, bm25, batch_size=2, needs=model.needs, epochs=1,
+                                       tokenizer=model.text_tokenizer(), term_keys=model.term_keys())  # fmt: skip
+        datamodule.setup("fit")
+        batch = move_data_to_device(next(iter(datamodule.train_dataloader())), device)
+        bare, step = step_ratio(model.to(device).train(), batch, autocast, max(args.repeat, 20))
+        print(f"| {method} | {1000 * bare:.2f} | {1000 * step:.2f} | {step / bare:.2f} |")
+
+
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     """The command line's settings."""
     parser = argparse.ArgumentParser()
@@ -176,6 +199,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--compile", action="store_true")
     parser.add_argument("--repeat", type=int, default=5)
     parser.add_argument("--end-to-end", default=None, help="a trainer config: also time `python train.py trainer=…`")
+    parser.add_argument("--fixed-cost", action="store_true", help="also each step at tiny sizes ÷ the bare one's")
     parser.add_argument("--sync-debug", action="store_true", help="CUDA: print each step's and encoding's host syncs")
     parser.add_argument("--bm25", default=None, help="record=FILE or replay=FILE: BM25's Java answers (recorded_bm25)")
     return parser.parse_args(argv)
@@ -237,6 +261,8 @@ def measure(args: argparse.Namespace, collection: Collection, bm25: BM25) -> Non
                 retriever.search(queries, 1000)
             print(f"\nCSurF search on {retriever.device}: {retriever.efficiency()['ms_per_query']:.1f} ms a query "
                   f"({len(queries)} dev queries, k = 1000)\n")  # fmt: skip
+    if args.fixed_cost:
+        fixed_cost(args, collection, bm25, autocast)
     if args.end_to_end:
         started = time.perf_counter()
         out = tempfile.mkdtemp(prefix="gpu_throughput-")
