@@ -5,7 +5,9 @@ On CUDA, ``.item()``, ``bool()`` / ``float()`` of a tensor, ``.tolist()``, ``.cp
 until the GPU catches up. ``torch.profiler`` records the ops behind them on a CPU run too
 (``aten::_local_scalar_dense``, ``aten::nonzero``, ``aten::_unique2``, ...) and, with Python stacks, the calls of
 ``tolist`` / ``cpu`` / ``numpy`` that leave no op on the CPU. Each is counted once, at its outermost op, and named by
-the first frame outside torch; the DataLoader's own work (host tensors, its seeds) is not counted.
+the first frame outside torch; the DataLoader's own work (host tensors, its seeds) is not counted. Two blind spots:
+``.to("cpu")`` leaves no trace on a CPU run (read the code path), and a read of a tensor that lives on the host on
+purpose (RoC's draws on its CPU generator) counts here though it would not stop a GPU.
 On a GPU, ``benchmarks.gpu_throughput --sync-debug`` gives the same count from torch's own sync debug mode.
 
     python -m benchmarks.host_syncs [--backbone tiny_random] [--methods dense,csurf] [--batch-size 8] [--docs 64]

@@ -28,16 +28,20 @@ def storage_dtype(name: str) -> torch.dtype:
 
 
 def encode_bags_payload(encode: BagEncoder, texts: Texts, batch_size: int) -> Payload:
-    """A shard's bags of CSFs as named tensors: each CSF's ``text`` is its row in ``texts``; ``tokens`` per text."""
+    """A shard's bags of CSFs as named tensors: each CSF's ``text`` is its row in ``texts``; ``tokens`` per text.
+
+    The batches' bags stay on the encoder's device and are copied to the host once, at the end: no wait a batch.
+    """
     parts: list[CsfBags] = []
-    tokens = torch.zeros(len(texts))
+    rows: list[int] = []
     with torch.inference_mode():
         for batch, items in prepared_batches(texts, batch_size, desc="encode CSFs"):
             bags = encode(items)
-            rows = torch.tensor(batch)
-            tokens[rows] = bags.tokens.float().cpu()
-            parts.append(bags_to(bags, torch.device("cpu"), doc_index=rows))
-    bags = _concatenate(parts, len(texts))
+            parts.append(bags_to(bags, bags.text.device, doc_index=torch.tensor(batch)))
+            rows += batch
+    bags = bags_to(_concatenate(parts, len(texts)), torch.device("cpu"))
+    tokens = torch.zeros(len(texts))
+    tokens[torch.tensor(rows)] = bags.tokens.float()
     payload = {name: getattr(bags, name) for name in PAYLOAD_FIELDS if getattr(bags, name) is not None}
     return payload | {"tokens": tokens, "length": torch.tensor(bags.length)}
 
@@ -49,11 +53,13 @@ def payload_bags(payload: Payload) -> CsfBags:
 
 
 def bags_to(bags: CsfBags, device: torch.device, doc_index: torch.Tensor | None = None) -> CsfBags:
-    """``bags`` on ``device`` in float32; with ``doc_index`` (on the CPU), its texts renumbered to those corpus rows."""
-    text = bags.text.to(device) if doc_index is None else doc_index[bags.text.cpu()].to(device)
+    """``bags`` on ``device`` in float32; with ``doc_index``, its texts renumbered to those corpus rows."""
+    text = bags.text if doc_index is None else doc_index.to(bags.text.device)[bags.text]
     vector = None if bags.vector is None else bags.vector.to(device, torch.float32)
-    return CsfBags(text, bags.surface.to(device), bags.source.to(device), bags.weight.to(device, torch.float32),
-                   vector, bags.original.to(device), bags.num_texts, bags.length, bags.tokens.cpu())  # fmt: skip
+    tokens = None if bags.tokens is None else bags.tokens.to(device)
+    return CsfBags(text.to(device), bags.surface.to(device), bags.source.to(device),
+                   bags.weight.to(device, torch.float32), vector, bags.original.to(device), bags.num_texts,
+                   bags.length, tokens)  # fmt: skip
 
 
 def _concatenate(parts: list[CsfBags], num_texts: int) -> CsfBags:
@@ -65,4 +71,5 @@ def _concatenate(parts: list[CsfBags], num_texts: int) -> CsfBags:
         original=torch.cat([p.original for p in parts]),
         num_texts=num_texts,
         length=max(p.length for p in parts),
+        tokens=torch.cat([p.tokens for p in parts]),  # in batch order, as the rows the caller kept
     )
