@@ -26,8 +26,6 @@ import subprocess
 import sys
 import tempfile
 import time
-import warnings
-from collections import Counter
 from collections.abc import Callable
 from functools import partial
 
@@ -35,6 +33,7 @@ import torch
 from lightning.fabric.utilities.apply_func import move_data_to_device
 
 from benchmarks.common import composed, header, side_by_side, small_bags
+from benchmarks.host_syncs import report_syncs, train_step
 from benchmarks.recorded_bm25 import RecordedBM25, bm25_for
 from retrieval_zoo.data.collections import Collection, embedded
 from retrieval_zoo.encoder import Encoder
@@ -82,12 +81,7 @@ def captured(model: torch.nn.Module, run: Callable[[], object]) -> list[tuple[to
 def step_ratio(model: torch.nn.Module, batch: object, autocast: object, repeat: int) -> tuple[float, float]:
     """(bare step s, method step s) on one batch, timed in alternation."""
 
-    def method_step() -> None:
-        with autocast():
-            losses, _ = model.losses(batch)
-        torch.stack(list(losses.values())).sum().backward()
-        model.zero_grad(set_to_none=True)
-
+    method_step = partial(train_step, model, batch, autocast)
     calls = captured(model, method_step)
 
     def bare_step() -> None:
@@ -98,30 +92,6 @@ def step_ratio(model: torch.nn.Module, batch: object, autocast: object, repeat: 
 
     timings = side_by_side({"bare": synced(bare_step), "method": synced(method_step)}, repeat=repeat)
     return timings["bare"], timings["method"]
-
-
-def train_step(model: torch.nn.Module, batch: object, autocast: object) -> None:
-    """One training step's forward and backward, as :func:`step_ratio` times it."""
-    with autocast():
-        losses, _ = model.losses(batch)
-    torch.stack(list(losses.values())).sum().backward()
-    model.zero_grad(set_to_none=True)
-
-
-def report_syncs(what: str, fn: Callable[[], object]) -> None:
-    """Print the host synchronisations ``fn()`` makes on CUDA, by source line (torch's sync debug mode)."""
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        torch.cuda.set_sync_debug_mode("warn")
-        try:
-            fn()
-        finally:
-            torch.cuda.set_sync_debug_mode("default")
-    torch.cuda.synchronize()
-    lines = Counter(
-        f"{w.filename.split('retrieval_zoo/')[-1]}:{w.lineno}" for w in caught if "synchroniz" in str(w.message)
-    )
-    print(f"syncs, {what}: {sum(lines.values())} " + ", ".join(f"{k} ×{n}" for k, n in lines.most_common()))
 
 
 def first_output(output: object) -> torch.Tensor:

@@ -16,6 +16,8 @@ On a GPU, ``benchmarks.gpu_throughput --sync-debug`` gives the same count from t
 from __future__ import annotations
 
 import argparse
+import contextlib
+import warnings
 from collections import Counter
 from collections.abc import Callable
 from functools import partial
@@ -61,6 +63,30 @@ def host_syncs(fn: Callable[[], object]) -> Counter[str]:
     return syncs
 
 
+def train_step(model: torch.nn.Module, batch: object, autocast: object) -> None:
+    """One training step's forward and backward (``autocast``: a context manager factory), gradients cleared."""
+    with autocast():
+        losses, _ = model.losses(batch)
+    torch.stack(list(losses.values())).sum().backward()
+    model.zero_grad(set_to_none=True)
+
+
+def report_syncs(what: str, fn: Callable[[], object]) -> None:
+    """Print the host synchronisations ``fn()`` makes on CUDA, by source line (torch's sync debug mode)."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        torch.cuda.set_sync_debug_mode("warn")
+        try:
+            fn()
+        finally:
+            torch.cuda.set_sync_debug_mode("default")
+    torch.cuda.synchronize()
+    lines = Counter(
+        f"{w.filename.split('retrieval_zoo/')[-1]}:{w.lineno}" for w in caught if "synchroniz" in str(w.message)
+    )
+    print(f"syncs, {what}: {sum(lines.values())} " + ", ".join(f"{k} ×{n}" for k, n in lines.most_common()))
+
+
 def method_syncs(method: str, backbone: str, collection: Collection, bm25: BM25, batch_size: int,
                  docs: int) -> tuple[Counter[str] | None, Counter[str], Counter[str]]:  # fmt: skip
     """(syncs of one training step or None for an untrained method, of encoding ``docs`` and 4 × ``docs`` documents).
@@ -79,13 +105,9 @@ def method_syncs(method: str, backbone: str, collection: Collection, bm25: BM25,
         batch = next(iter(datamodule.train_dataloader()))
         model.train()
 
-        def train_step() -> None:
-            losses, _ = model.losses(batch)
-            torch.stack(list(losses.values())).sum().backward()
-            model.zero_grad(set_to_none=True)
-
-        train_step()  # first-call work (lazy tables, caches) is not a step's
-        step = host_syncs(train_step)
+        step_once = partial(train_step, model, batch, contextlib.nullcontext)
+        step_once()  # first-call work (lazy tables, caches) is not a step's
+        step = host_syncs(step_once)
     model.eval()
     encode = index.doc_encoder(model, collection, bm25)
     with torch.inference_mode():
