@@ -50,3 +50,16 @@ def test_a_high_theta_approximates_and_bad_arguments_fail() -> None:
         index.search(q_values, q_indices, list("abcde"), k=5, first_stage="hnsw")
     with pytest.raises(ValueError, match="disagree"):
         GipIndex(values, indices[:5], ["x"] * 300)
+
+
+@pytest.mark.parametrize("theta", [0.3, 2.0])
+def test_the_batched_first_stage_ranks_as_the_per_query_loop(theta: float) -> None:
+    """What a GPU runs (Eq. 18 as one chunked GIP a batch), run on the CPU: the same runs as the per-query loop."""
+    rng = np.random.default_rng(2)
+    values, indices = random_dlr(rng, 400)
+    q_values, q_indices = random_dlr(rng, 12)
+    qids, docids = [f"q{i}" for i in range(12)], [f"d{i}" for i in range(400)]
+    settings = {"k": 10, "first_stage": "approximate_gip", "theta": theta, "candidates": 40, "batch_size": 5}
+    runs = [GipIndex(values, indices, docids, device="cpu", chunk_elements=4096, batched_first_stage=batched)
+            .search(q_values, q_indices, qids, **settings) for batched in (False, True)]  # fmt: skip
+    assert runs[0] == runs[1]

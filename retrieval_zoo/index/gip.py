@@ -35,6 +35,9 @@ class GipIndex:
         chunk_elements: Bound on the (queries × documents × M) gate tensor of one exact-GIP step.
         open_dims: Trailing dimensions whose gate is always open (a DHR's [CLS] part): their positions are not
             counted in :attr:`nbytes`, since they need not be stored.
+        batched_first_stage: Eq. 18 for a whole query batch as one chunked GIP with the dimensions at or below θ
+            zeroed (no host synchronisation a query; on a CPU about M / (dimensions above θ) times the work of the
+            per-query loop over the dimensions above θ). Default: on a GPU.
     """
 
     def __init__(
@@ -45,6 +48,7 @@ class GipIndex:
         device: torch.device | str | None = None,
         chunk_elements: int = 1 << 25,
         open_dims: int = 0,
+        batched_first_stage: bool | None = None,
     ) -> None:
         if not (values.shape == indices.shape and values.shape[0] == len(docids)):
             raise ValueError(f"values {values.shape}, indices {indices.shape} and {len(docids)} ids disagree")
@@ -56,6 +60,7 @@ class GipIndex:
         self.docids, self.chunk_elements = list(docids), chunk_elements
         self.index_itemsize, self.open_dims = indices.dtype.itemsize, open_dims
         self._flat: FaissIndex | None = None
+        self.batched_first_stage = self.device.type == "cuda" if batched_first_stage is None else batched_first_stage
 
     @property
     def nbytes(self) -> int:
@@ -146,6 +151,8 @@ class GipIndex:
                 self._flat = FaissIndex("Flat").build(self.values.float().cpu().numpy(), list(range(len(self.docids))))
             batch = all_values[start : start + q_values.shape[0]].astype(np.float32)
             return torch.from_numpy(self._flat.search_rows(batch, depth)[1]).to(self.device)
+        if self.batched_first_stage:
+            return self.exact_scores(above_theta(q_values, theta), q_indices).topk(depth, dim=1).indices
         shortlists = []
         for q_value, q_index in zip(q_values, q_indices, strict=True):  # Eq. 18: only the dimensions above θ
             dims = (q_value > theta).nonzero().flatten()
@@ -155,3 +162,14 @@ class GipIndex:
             partial = (gate * self.values[:, dims]).float() @ q_value[dims].float()
             shortlists.append(partial.topk(depth).indices)
         return torch.stack(shortlists)
+
+
+def above_theta(q_values: torch.Tensor, theta: float) -> torch.Tensor:
+    """(Q, M) query values with the dimensions at or below θ zeroed (Eq. 18).
+
+    A query with none above θ keeps its largest dimension alone, as the reference code does.
+    """
+    keep = q_values > theta
+    largest = torch.arange(q_values.shape[1], device=q_values.device) == q_values.argmax(dim=1, keepdim=True)
+    keep |= largest & ~keep.any(dim=1, keepdim=True)
+    return torch.where(keep, q_values, torch.zeros((), dtype=q_values.dtype, device=q_values.device))
