@@ -92,7 +92,7 @@ def method_syncs(method: str, backbone: str, collection: Collection, bm25: BM25,
     """(syncs of one training step or None for an untrained method, of encoding ``docs`` and 4 × ``docs`` documents).
 
     An encoding's count that grows with the documents is paid per batch; the rest, once a call (the copy of the
-    encoded call to the host).
+    encoded call to the host). With ``docs`` = 0, the step alone (empty encoding counts).
     """
     model, index = composed("method", method, f"backbone={backbone}", also=("index",))
     if backbone.endswith("_random"):
@@ -109,6 +109,8 @@ def method_syncs(method: str, backbone: str, collection: Collection, bm25: BM25,
         step_once()  # first-call work (lazy tables, caches) is not a step's
         step = host_syncs(step_once)
     model.eval()
+    if docs == 0:  # the step alone
+        return step, Counter(), Counter()
     encode = index.doc_encoder(model, collection, bm25)
     with torch.inference_mode():
         encode(list(collection.corpus)[:docs])

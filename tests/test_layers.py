@@ -19,6 +19,7 @@ LAYERS = [  # lowest first; a module may import from its own layer and the ones 
             "batching",
             "resume",
             "loggers",
+            "attention",
             "backbones",
             "losses",
             "id_index",

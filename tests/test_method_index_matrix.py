@@ -96,9 +96,9 @@ def term_scores(model, retriever, tiny, bm25, texts: list[str], payload) -> torc
         from retrieval_zoo.index.dhr import densify_parts
         from retrieval_zoo.index.dlr import gip
 
-        order, lam = retriever.slicing.order(), retriever.lam
-        qv, qi, _ = densify_parts(q_lex, q_cls, retriever.slicing, order, lam)
-        dv, di, _ = densify_parts(payload["lexical"], payload.get("cls"), retriever.slicing, order, lam)
+        lam = retriever.lam
+        qv, qi, _ = densify_parts(q_lex, q_cls, retriever.slicing, lam)
+        dv, di, _ = densify_parts(payload["lexical"], payload.get("cls"), retriever.slicing, lam)
         as_tensor = lambda a: torch.from_numpy(a.astype(np.float32))  # noqa: E731
         return gip(as_tensor(qv), as_tensor(qi), as_tensor(dv), as_tensor(di))
     q_lex, d_lex = dense_rows(q_lex).clone(), dense_rows(payload["lexical"]).clone()  # tiny: dense is fine
