@@ -72,3 +72,14 @@ def small_bags(model: torch.nn.Module) -> None:
 def header(title: str) -> None:
     """Print a benchmark title with the machine's thread count."""
     print(f"\n## {title}  (torch {torch.__version__}, {torch.get_num_threads()} threads)\n")
+
+
+def first_batch(model: object, collection: object, bm25: object, batch_size: int) -> object:
+    """The first training batch the DataModule gives ``model`` on ``collection``, as ``train.py`` builds it (tokens
+    from the token caches, the method's BM25 fields), on the CPU."""
+    from retrieval_zoo.training.datamodule import TriplesDataModule
+
+    datamodule = TriplesDataModule(collection, bm25, batch_size=batch_size, needs=model.needs, epochs=1,
+                                   tokenizer=model.text_tokenizer(), term_keys=model.term_keys())  # fmt: skip
+    datamodule.setup("fit")
+    return next(iter(datamodule.train_dataloader()))

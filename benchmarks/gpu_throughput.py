@@ -32,14 +32,13 @@ from functools import partial
 import torch
 from lightning.fabric.utilities.apply_func import move_data_to_device
 
-from benchmarks.common import composed, header, side_by_side, small_bags
+from benchmarks.common import composed, first_batch, header, side_by_side, small_bags
 from benchmarks.host_syncs import report_syncs, train_step
 from benchmarks.recorded_bm25 import RecordedBM25, bm25_for
 from retrieval_zoo.data.collections import Collection, embedded
 from retrieval_zoo.encoder import Encoder
 from retrieval_zoo.index.csf import InvertedLists
 from retrieval_zoo.lexical.bm25 import BM25
-from retrieval_zoo.training.datamodule import TriplesDataModule
 
 METHODS = ("dense", "clear", "roc", "delade_cls", "csurf", "dlr_splade", "dhr_bm25_dense")
 
@@ -148,10 +147,7 @@ def fixed_cost(args: argparse.Namespace, collection: Collection, bm25: BM25, aut
         if not model.trainable:
             continue
         small_bags(model)
-        datamodule = TriplesDataModule(collection, bm25, batch_size=2, needs=model.needs, epochs=1,
-                                       tokenizer=model.text_tokenizer(), term_keys=model.term_keys())  # fmt: skip
-        datamodule.setup("fit")
-        batch = move_data_to_device(next(iter(datamodule.train_dataloader())), device)
+        batch = move_data_to_device(first_batch(model, collection, bm25, batch_size=2), device)
         bare, step = step_ratio(model.to(device).train(), batch, autocast, max(args.repeat, 20))
         print(f"| {method} | {1000 * bare:.2f} | {1000 * step:.2f} | {step / bare:.2f} |")
 
@@ -208,10 +204,7 @@ def measure(args: argparse.Namespace, collection: Collection, bm25: BM25) -> Non
             encoder.model.compile()  # what method.encoder.compile=true does, for every backbone of the method
         bare = step = None
         if model.trainable:
-            datamodule = TriplesDataModule(collection, bm25, batch_size=args.batch_size, needs=model.needs, epochs=1,
-                                           tokenizer=model.text_tokenizer(), term_keys=model.term_keys())  # fmt: skip
-            datamodule.setup("fit")
-            batch = move_data_to_device(next(iter(datamodule.train_dataloader())), device)
+            batch = move_data_to_device(first_batch(model, collection, bm25, args.batch_size), device)
             bare, step = step_ratio(model.train(), batch, autocast, args.repeat)
             if args.sync_debug:
                 report_syncs(f"{method} step", partial(train_step, model, batch, autocast))

@@ -25,10 +25,9 @@ from functools import partial
 import torch
 from torch.profiler import ProfilerActivity, profile
 
-from benchmarks.common import composed, header, small_bags
+from benchmarks.common import composed, first_batch, header, small_bags
 from retrieval_zoo.data.collections import Collection, embedded
 from retrieval_zoo.lexical.bm25 import BM25
-from retrieval_zoo.training.datamodule import TriplesDataModule
 
 METHODS = ("dense", "clear", "roc", "delade_cls", "csurf", "dlr_splade", "dhr_bm25_dense")
 SYNC_OPS = frozenset({
@@ -99,10 +98,7 @@ def method_syncs(method: str, backbone: str, collection: Collection, bm25: BM25,
         small_bags(model)
     step = None
     if model.trainable:
-        datamodule = TriplesDataModule(collection, bm25, batch_size=batch_size, needs=model.needs, epochs=1,
-                                       tokenizer=model.text_tokenizer(), term_keys=model.term_keys())  # fmt: skip
-        datamodule.setup("fit")
-        batch = next(iter(datamodule.train_dataloader()))
+        batch = first_batch(model, collection, bm25, batch_size)
         model.train()
 
         step_once = partial(train_step, model, batch, contextlib.nullcontext)

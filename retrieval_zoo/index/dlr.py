@@ -155,11 +155,11 @@ def _densify_entries(bow: torch.Tensor, slicing: Slicing) -> tuple[torch.Tensor,
     first = torch.full((size,), slicing.width, device=bow.device).scatter_reduce(
         0, slots[won], (cells % slicing.width)[won], "amin"
     )
-    empty = slicing.first_open.to(bow.device).clamp(min=0).repeat(bow.shape[0])  # no entry: first real position
-    first = torch.where(first == slicing.width, empty, first)
+    first_open = slicing.first_open.to(bow.device)
+    first = first.view(-1, slicing.slices)
+    first = torch.where(first == slicing.width, first_open.clamp(min=0), first)  # no entry: first real position
     padding = torch.full((), -torch.inf, device=bow.device)  # a slice of padding cells alone, as the dense path
-    best = torch.where(slicing.first_open.to(bow.device) >= 0, best.view(-1, slicing.slices), padding)
-    return best, first.view(-1, slicing.slices)
+    return torch.where(first_open >= 0, best.view(-1, slicing.slices), padding), first
 
 
 def hybrid(values: np.ndarray, indices: np.ndarray, cls: np.ndarray, lam: float) -> tuple[np.ndarray, np.ndarray]:
