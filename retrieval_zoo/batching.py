@@ -2,9 +2,13 @@
 
 Every encoding loop (corpus shards, query sets) takes its batches from :func:`prepared_batches`: a DataLoader over
 the length-sorted batches whose items are what the encoder reads, cached tokens gathered from their token cache or
-texts with their tokens (:class:`~retrieval_zoo.tokens.TokenizedBatch`). In a process that uses CUDA, forked
-workers prepare them in page-locked memory while the device encodes the batch before; on CPUs they are prepared in
-the process, where workers would take cores from the encoder (as training's ``data.num_workers: auto`` decides).
+texts with their tokens (:class:`~retrieval_zoo.tokens.TokenizedBatch`). In a process that uses CUDA, batches that
+need preparing (texts to tokenize, ids whose tokens several encoders read) are made by forked workers in page-locked
+memory while the device encodes the batch before. Cached tokens are gathered in the process: a gather takes a
+fraction of a millisecond, and the device, which is never waited on between batches, still has the batch before
+queued, whereas forking the workers of a CUDA process costs tens of milliseconds a call. On CPUs every batch is
+prepared in the process, where workers would take cores from the encoder (as training's ``data.num_workers: auto``
+decides).
 """
 
 from __future__ import annotations
@@ -76,7 +80,7 @@ def length_sorted_batches(texts: Texts, batch_size: int, lengths: list[int] | No
 
 
 def prep_workers() -> int:
-    """Workers that prepare batches ahead: :data:`PREP_WORKERS` in a process that uses CUDA, else none.
+    """Workers that prepare batches that need it ahead: :data:`PREP_WORKERS` in a process that uses CUDA, else none.
 
     They fork, so they share the memory-mapped token caches and nothing is pickled; without fork (macOS, Windows)
     batches are prepared in the process.
@@ -120,12 +124,14 @@ def prepared_batches(
         lengths: The items' lengths, when they are not the texts themselves (see :func:`length_sorted_batches`).
         prepare: Turns a batch of plain texts (or ids) into what the encoder reads (:class:`QueryPrep`).
         desc: Progress-bar label.
-        workers: DataLoader workers; default :func:`prep_workers`.
+        workers: DataLoader workers; default :func:`prep_workers` where the batches need preparing (``prepare``
+            given, the items not cached tokens), else none (module doc).
     """
     batches = length_sorted_batches(texts, batch_size, lengths)
     # A DataLoader draws its workers' base seed from its generator, the global one by default: encoding during
     # validation would then move training's random stream (dropout, shuffling) and the run's results.
-    workers = prep_workers() if workers is None else workers
+    if workers is None:
+        workers = 0 if prepare is None or isinstance(texts, CachedTexts) else prep_workers()
     loader = DataLoader(_PreparedBatches(texts, batches, prepare), batch_size=None, collate_fn=_as_is,
                         num_workers=workers, pin_memory=workers > 0 and torch.cuda.is_available(),
                         multiprocessing_context="fork" if workers else None,
