@@ -27,10 +27,13 @@ for stage in "$@"; do
       "${throughput[@]}" 2>&1 | tee "$out/bf16.log" | tr '\r' '\n' | grep -E "$table" ;;
     e2e)
       start=$(date +%s)
-      python3 train.py trainer=gpu logger=csv trainer.enable_progress_bar=false hydra.run.dir=/tmp/runs/default \
-        > "$out/e2e.log" 2>&1
-      echo "python train.py trainer=gpu: rc $? in $(($(date +%s) - start)) s"
-      tail -25 "$out/e2e.log" ;;
+      # each line stamped with the milliseconds since the start, so the log shows where the time goes
+      start_ms=$(($(date +%s%N) / 1000000))
+      python3 train.py trainer=gpu logger=csv trainer.enable_progress_bar=false hydra.run.dir=/tmp/runs/default 2>&1 \
+        | tr '\r' '\n' | while IFS= read -r line; do echo "$(($(date +%s%N) / 1000000 - start_ms)) $line"; done \
+        > "$out/e2e.log"
+      echo "python train.py trainer=gpu: rc ${PIPESTATUS[0]} in $(($(date +%s) - start)) s"
+      grep -vE "it/s]|batch/s]|chunk/s]" "$out/e2e.log" | tail -40 ;;
     compiled)
       "${throughput[@]}" --compile --methods "${COMPILED_METHODS:-dense,csurf}" 2>&1 | tee "$out/compiled.log" \
         | tr '\r' '\n' | grep -E "$table" ;;
