@@ -30,7 +30,10 @@ pack=$(mktemp -d)
 mkdir -p "$pack/bm25/runs"
 cp -r "$cache"/bm25/index-* "$cache/bm25/rows" "$cache/bm25/doc-rows" "$pack/bm25/"
 cp "$cache"/bm25/runs/run-k1000-*.trec.gz "$pack/bm25/runs/"
-find "$pack/bm25" -maxdepth 2 -name "*.lock" -delete  # the cache's entry locks; Lucene's write.lock stays
+# the cache's entry locks (<entry>.lock beside each entry) go; Lucene's write.lock, inside the index, must stay:
+# without it the index reads as half-written and is rebuilt, which needs Java
+find "$pack/bm25" -name "*.lock" ! -name write.lock -delete
+test -f "$pack"/bm25/index-*/write.lock
 tar cJf .gpu/cache_bench.tar.xz -C "$pack" $(cd "$pack" && ls -d bm25/index-* bm25/rows bm25/doc-rows)
 tar cJf .gpu/cache_dev.tar.xz -C "$pack" bm25/runs
 du -sh .gpu/*
