@@ -24,13 +24,13 @@ for stage in "$@"; do
       cat .gpu/commit
       python3 -c "import retrieval_zoo.pipeline" && python3 train.py --cfg job >/dev/null && echo compose ok ;;
     bf16)
-      "${throughput[@]}" 2>&1 | tee "$out/bf16.log" | tr '\r' '\n' | grep -E "$table" ;;
+      "${throughput[@]}" --methods "${BF16_METHODS:-dense,clear,roc,delade_cls,csurf,dlr_splade,dhr_bm25_dense}" 2>&1 | tee "$out/bf16.log" | tr '\r' '\n' | grep -E "$table" ;;
     e2e)
       start=$(date +%s)
       # each line stamped with the milliseconds since the start, so the log shows where the time goes
       start_ms=$(($(date +%s%N) / 1000000))
       python3 train.py trainer=gpu logger=csv trainer.enable_progress_bar=false hydra.run.dir=/tmp/runs/default 2>&1 \
-        | tr '\r' '\n' | while IFS= read -r line; do echo "$(($(date +%s%N) / 1000000 - start_ms)) $line"; done \
+        | stdbuf -oL tr '\r' '\n' | while IFS= read -r line; do echo "$(($(date +%s%N) / 1000000 - start_ms)) $line"; done \
         > "$out/e2e.log"
       echo "python train.py trainer=gpu: rc ${PIPESTATUS[0]} in $(($(date +%s) - start)) s"
       grep -vE "it/s]|batch/s]|chunk/s]" "$out/e2e.log" | tail -40 ;;

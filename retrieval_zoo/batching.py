@@ -183,6 +183,7 @@ def encode_payload(
         position[torch.tensor([row for batch, _ in parts for row in batch])] = torch.arange(len(texts))
         if is_csr(parts[0][1]):
             out[name] = take_rows(cat_rows([matrix for _, matrix in parts]).cpu(), position)
-        else:
-            out[name] = torch.cat([value for _, value in parts]).cpu()[position]
+        else:  # put in order where the rows are (a device gather), then one copy: no host pass over (n, |V|) rows
+            stacked = torch.cat([value for _, value in parts])
+            out[name] = stacked[position.to(stacked.device)].cpu()
     return out

@@ -63,7 +63,7 @@ class CsfBags:
 
     def counts(self) -> torch.Tensor:
         """(T,) |C| of each text."""
-        return torch.bincount(self.text, minlength=self.num_texts)
+        return tally(self.text, self.num_texts)
 
     def term_weights(self, width: int) -> torch.Tensor:
         """(T, width) CSR: each text's largest weight for each surface form, its bag read with |v| = 0 (§3.4).
@@ -77,6 +77,12 @@ class CsfBags:
         values = weights.new_zeros(len(unique)).scatter_reduce(0, inverse, weights, "amax", include_self=False)
         unique = unique.cpu()
         return csr(offsets_of(unique // width, self.num_texts), unique % width, values.cpu(), width)
+
+
+def tally(ids: torch.Tensor, size: int) -> torch.Tensor:
+    """(size,) int64 occurrences of each id in ``ids`` (all < ``size``): ``bincount`` without its host sync on CUDA
+    (``bincount`` reads the largest id to size its output)."""
+    return torch.zeros(size, dtype=torch.long, device=ids.device).index_add_(0, ids.long(), torch.ones_like(ids.long()))
 
 
 def csf_bags(
@@ -165,7 +171,7 @@ class Postings:
     def build(cls, docs: CsfBags, vocab_size: int, doc_offset: int = 0) -> Postings:
         """Sort ``docs``' CSFs by (surface form, document); document ids are ``doc_offset`` + text index."""
         order = torch.argsort(docs.surface * docs.num_texts + docs.text, stable=True)
-        counts = torch.bincount(docs.surface, minlength=vocab_size)
+        counts = tally(docs.surface, vocab_size)
         ptr = torch.cat([counts.new_zeros(1), counts.cumsum(0)])
         vector = None if docs.vector is None else docs.vector[order]
         doc = docs.text[order] + doc_offset
@@ -219,15 +225,20 @@ def max_sum_scores(
         raise ValueError("pair_chunk scores in place: search under torch.inference_mode() or no_grad")
     if compiled and pair_chunk is None:
         raise ValueError("compiled scoring is for search: give pair_chunk")
-    blocks = _csf_blocks(ends, total if pair_chunk is None else pair_chunk)
+    if pair_chunk is None:  # one block of every pair (training): its bounds are known without reading ``ends``
+        blocks = [(0, len(ends), 0, total)] if total else []
+    else:
+        blocks = _csf_blocks(ends, pair_chunk)
 
     def pairs(first: int, stop: int, pair_first: int, pair_stop: int) -> tuple[torch.Tensor, torch.Tensor]:
         """The query CSF A and posting B of pairs ``pair_first..pair_stop − 1`` (of query CSFs ``first..stop − 1``)."""
         counts = count[first:stop]
-        pair_query = torch.repeat_interleave(torch.arange(first, stop, device=count.device), counts)
+        pairs_in_block = pair_stop - pair_first  # repeat_interleave told its output's size reads nothing back
+        pair_query = torch.repeat_interleave(torch.arange(first, stop, device=count.device), counts,
+                                             output_size=pairs_in_block)  # fmt: skip
         offset = start[first:stop] - (ends[first:stop] - counts)  # B = offset of A + the pair's number
         pair_number = torch.arange(pair_first, pair_stop, device=count.device)
-        return pair_query, torch.repeat_interleave(offset, counts, output_size=pair_stop - pair_first) + pair_number
+        return pair_query, torch.repeat_interleave(offset, counts, output_size=pairs_in_block) + pair_number
 
     if num_docs is None:  # the documents some pair reaches, in id order
         reached = torch.zeros(postings.doc_end, dtype=torch.bool, device=count.device)

@@ -168,7 +168,7 @@ class CSurF(RetrievalMethod):
             "csf_per_query": q.counts().float().mean(),
             "csf_per_doc": d.counts().float().mean(),
             "original_share": torch.cat([q.original, d.original]).float().mean(),
-            "flops_warmup": scores.new_tensor(warmup),
+            "flops_warmup": scores.new_full((), warmup),  # a fill, not a copy from the host
             "score/positive": group_scores[:, 0].detach(),
         }
         return losses, diagnostics
