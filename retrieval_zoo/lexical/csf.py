@@ -80,9 +80,12 @@ class CsfBags:
 
 
 def tally(ids: torch.Tensor, size: int) -> torch.Tensor:
-    """(size,) int64 occurrences of each id in ``ids`` (all < ``size``): ``bincount`` without its host sync on CUDA
-    (``bincount`` reads the largest id to size its output)."""
-    return torch.zeros(size, dtype=torch.long, device=ids.device).index_add_(0, ids.long(), torch.ones_like(ids.long()))
+    """(size,) int64 occurrences of each id in ``ids`` (all < ``size``).
+
+    ``bincount`` without its host sync on CUDA, where ``bincount`` reads the largest id back to size its output.
+    """
+    ids = ids.long()
+    return torch.zeros(size, dtype=torch.long, device=ids.device).index_add_(0, ids, torch.ones_like(ids))
 
 
 def csf_bags(
@@ -225,10 +228,9 @@ def max_sum_scores(
         raise ValueError("pair_chunk scores in place: search under torch.inference_mode() or no_grad")
     if compiled and pair_chunk is None:
         raise ValueError("compiled scoring is for search: give pair_chunk")
-    if pair_chunk is None:  # one block of every pair (training): its bounds are known without reading ``ends``
-        blocks = [(0, len(ends), 0, total)] if total else []
-    else:
-        blocks = _csf_blocks(ends, pair_chunk)
+    # training scores every pair in one block, whose bounds are known without reading ``ends`` back
+    whole = [(0, len(ends), 0, total)] if total else []
+    blocks = whole if pair_chunk is None else _csf_blocks(ends, pair_chunk)
 
     def pairs(first: int, stop: int, pair_first: int, pair_stop: int) -> tuple[torch.Tensor, torch.Tensor]:
         """The query CSF A and posting B of pairs ``pair_first..pair_stop − 1`` (of query CSFs ``first..stop − 1``)."""
