@@ -61,6 +61,37 @@ def test_a_cache_that_does_not_match_the_collection_is_an_error(tiny, tiny_bm25)
         ready.write_text(original)
 
 
+def test_a_cached_run_with_a_document_the_collection_lacks_is_an_error(tiny, tiny_bm25) -> None:
+    import gzip
+
+    from retrieval_zoo.lexical.bm25 import BM25
+
+    queries = tiny.judged_queries("dev")
+    tiny_bm25.search(queries, k=5)
+    path = tiny_bm25._run_path(queries, 5)
+    original = path.read_bytes()
+    lines = gzip.decompress(original).decode().splitlines()
+    qid, _, docid, *rest = lines[7].split()
+    lines[7] = " ".join([qid, "Q0", "no-such-doc", *rest])
+    try:
+        path.write_bytes(gzip.compress(("\n".join(lines) + "\n").encode()))
+        with pytest.raises(ValueError, match=f"document 'no-such-doc' \\(query '{qid}'\\) unknown"):
+            BM25(tiny, threads=2).search(queries, k=5)
+    finally:
+        path.write_bytes(original)
+
+
+@pytest.mark.parametrize("chunk", [1, 3, 1 << 20])
+def test_first_unknown_document_is_the_first_in_run_order_whatever_the_chunk(chunk) -> None:
+    from retrieval_zoo.id_index import IdIndex
+    from retrieval_zoo.lexical.bm25 import first_unknown_document
+
+    docs = IdIndex(["d1", "d2", "d3"])
+    run = {"q1": {"d1": 2.0, "d2": 1.0}, "q2": {"d3": 1.0, "x": 0.5, "y": 0.1}, "q3": {"z": 1.0}}
+    assert first_unknown_document(run, docs, chunk) == ("q2", "x")
+    assert first_unknown_document({"q1": {"d3": 1.0}, "q2": {}}, docs, chunk) is None
+
+
 def test_document_frequencies_of_analysed_terms(tiny, tiny_bm25) -> None:
     """Every term of a document's vector occurs in at least that document (also terms such as 'm.a.r.', which
     pyserini's get_term_counts would re-analyse into other terms)."""

@@ -8,6 +8,7 @@ the queries, depth and (k1, b) (runs), and written atomically. Every Java call r
 from __future__ import annotations
 
 import gzip
+import itertools
 import json
 import os
 import shutil
@@ -21,6 +22,7 @@ import numpy as np
 
 from retrieval_zoo.cache import atomic_path, cache_root, entry_lock, fingerprint
 from retrieval_zoo.data.collections import Collection
+from retrieval_zoo.data.corpus_store import corpus_ids
 from retrieval_zoo.data.doc_rows import RankedRows
 from retrieval_zoo.data.formats import FormatError, Run, read_run, write_id_text_tsv
 from retrieval_zoo.data.ranked_rows import read_ranked_rows
@@ -117,8 +119,7 @@ class BM25:
         unknown = set(run) - set(queries)
         if unknown:
             raise ValueError(f"{path}: run holds queries that were not asked for: {sorted(unknown)[:5]}")
-        corpus = self.collection.corpus
-        stray = next(((q, d) for q, docs in run.items() for d in docs if d not in corpus), None)
+        stray = first_unknown_document(run, corpus_ids(self.collection.corpus))
         if stray:
             raise ValueError(
                 f"{path}: cached run retrieves document {stray[1]!r} (query {stray[0]!r}) unknown to "
@@ -291,6 +292,20 @@ def read_ready(index: Path) -> dict | None:
 def file_sizes(index: Path) -> dict[str, int]:
     """Name → size of the Lucene files of an index (``ready.json`` aside): what a complete build wrote."""
     return {f.name: f.stat().st_size for f in sorted(index.iterdir()) if f.is_file() and f.name != "ready.json"}
+
+
+def first_unknown_document(run: Run, docs: IdIndex, chunk: int = 1 << 20) -> tuple[str, str] | None:
+    """(query, document) of the first hit of ``run`` whose document ``docs`` does not hold; None when all are known.
+
+    Looked up ``chunk`` hits at a time, one vectorised search each: a dev run at depth 1,000 holds millions of hits,
+    too many to look up one at a time.
+    """
+    hits = ((qid, docid) for qid, ranking in run.items() for docid in ranking)
+    while block := list(itertools.islice(hits, chunk)):
+        missing = docs.rows([docid for _, docid in block]) < 0
+        if missing.any():
+            return block[int(np.argmax(missing))]
+    return None
 
 
 def read_cached_run(path: Path) -> Run | None:
