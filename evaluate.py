@@ -20,6 +20,7 @@ from omegaconf import DictConfig, OmegaConf
 from retrieval_zoo.config_check import check_config
 from retrieval_zoo.exported import load, manifest
 from retrieval_zoo.pipeline import build_collection_and_bm25, encode_for_index, evaluate_method
+from retrieval_zoo.resume import exit_code_on_sigterm
 from retrieval_zoo.trained import load_trained, trained_config
 
 
@@ -131,7 +132,8 @@ def main(cfg: DictConfig) -> dict[str, dict[str, float]]:
     name, index = str(cfg.method_name), instantiate(cfg.index)
     collection, bm25 = build_collection_and_bm25(cfg)
     make_trainer = partial(instantiate(cfg.trainer, _partial_=True), default_root_dir=str(out_dir))
-    shards, rank_zero = encode_for_index(model, index, collection, bm25, make_trainer, cfg.encode)  # every rank
+    with exit_code_on_sigterm():
+        shards, rank_zero = encode_for_index(model, index, collection, bm25, make_trainer, cfg.encode)  # every rank
     if not rank_zero:  # under DDP, rank 0 alone evaluates (an index split over the ranks has the others search
         index.serve(model, collection, bm25, shards)  # their parts with it)
         return {}

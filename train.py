@@ -22,7 +22,7 @@ from retrieval_zoo.pipeline import (
     identity,
     run_config,
 )
-from retrieval_zoo.resume import AtomicCheckpointIO, find_checkpoint
+from retrieval_zoo.resume import AtomicCheckpointIO, exit_code_on_sigterm, find_checkpoint
 
 
 @hydra.main(config_path="conf", config_name="train", version_base="1.3")
@@ -61,12 +61,14 @@ def main(cfg: DictConfig) -> dict[str, dict[str, float]] | float:
             resume = find_checkpoint(cfg.resume_from, out_dir, config)
             if resume:
                 print(f"[train] resuming from {resume}")
-            trainer.fit(model, datamodule=datamodule, ckpt_path=resume)
+            with exit_code_on_sigterm():
+                trainer.fit(model, datamodule=datamodule, ckpt_path=resume)
             best = checkpoint.best_model_path or checkpoint.last_model_path
             if best:
                 model.load_state_dict(torch.load(best, map_location="cpu", weights_only=False)["state_dict"])
                 print(f"[train] best checkpoint: {best}")
-        shards, rank_zero = encode_for_index(model, index, collection, bm25, make_trainer, cfg.encode)  # every rank
+        with exit_code_on_sigterm():
+            shards, rank_zero = encode_for_index(model, index, collection, bm25, make_trainer, cfg.encode)  # all ranks
         if not rank_zero:  # under DDP, rank 0 alone evaluates and writes the results (an index split over the
             index.serve(model, collection, bm25, shards)  # ranks has the others search their parts with it)
             return 0.0 if cfg.objective else {}

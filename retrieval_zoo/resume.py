@@ -15,7 +15,10 @@ import os
 import random
 import signal
 import zipfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Literal
 
 import lightning as L
 import numpy as np
@@ -23,6 +26,7 @@ import torch
 import yaml
 from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.plugins.io import TorchCheckpointIO
+from lightning.pytorch.utilities.exceptions import SIGTERMException
 
 from retrieval_zoo.cache import atomic_path
 
@@ -126,20 +130,40 @@ class RandomState:
             generators[name].set_state(generator_state)
 
 
+SIGTERM_EXIT = 128 + signal.SIGTERM  # what a shell reports for a process ended by SIGTERM
+
+
+@contextmanager
+def exit_code_on_sigterm() -> Iterator[None]:
+    """A run that Lightning stopped on SIGTERM (a scheduler's pre-emption) exits with :data:`SIGTERM_EXIT`.
+
+    Lightning catches SIGTERM in its loops and ends them with ``SIGTERMException``, a ``SystemExit`` without a code,
+    so the process would exit with 0 and a job array or a requeue script would take the run for done.
+    """
+    try:
+        yield
+    except SIGTERMException as stop:
+        print(f"[run] stopped by SIGTERM: exit code {SIGTERM_EXIT}; the same command resumes from the last checkpoint",
+              flush=True)  # fmt: skip
+        raise SystemExit(SIGTERM_EXIT) from stop
+
+
 class KillAtStep(Callback):
-    """Kill the process with SIGKILL after training step ``step`` (no cleanup, as a preemption or OOM kill does).
+    """Kill the process after training step ``step`` with ``signal``.
+
+    SIGKILL allows no cleanup, as an OOM kill or a late pre-emption; SIGTERM is what a scheduler sends first.
 
     For checking that a rerun resumes: ``python train.py debug=kill_at_step ...``, then the same command without it.
     """
 
-    def __init__(self, step: int) -> None:
-        self.step = step
+    def __init__(self, step: int, signal: Literal["SIGKILL", "SIGTERM"] = "SIGKILL") -> None:
+        self.step, self.signal = step, signal
 
     def on_train_batch_end(self, trainer: L.Trainer, *args: object) -> None:
-        """Kill once the step is reached."""
+        """Send the signal once the step is reached."""
         if trainer.global_step >= self.step:
-            print(f"[kill_at_step] SIGKILL after step {trainer.global_step}", flush=True)
-            os.kill(os.getpid(), signal.SIGKILL)
+            print(f"[kill_at_step] {self.signal} after step {trainer.global_step}", flush=True)
+            os.kill(os.getpid(), signal.Signals[self.signal])
 
 
 class AtomicCheckpointIO(TorchCheckpointIO):

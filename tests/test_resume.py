@@ -101,6 +101,27 @@ def test_killed_run_resumes_and_ends_like_an_uninterrupted_one(tiny_dir: Path, t
     assert {k: v for k, v in rows[1].items() if k != "system"} == {k: v for k, v in rows[0].items() if k != "system"}
 
 
+@pytest.mark.slow
+def test_a_run_stopped_by_sigterm_exits_non_zero(tiny_dir: Path, tmp_path: Path) -> None:
+    """A scheduler's SIGTERM stops Lightning's loop; the run must not exit 0, which a job array takes for done."""
+    import subprocess
+    import sys
+
+    from tests.test_end_to_end import REPO
+
+    command = [
+        *tiny_dataset(tiny_dir), "backbone=tiny_random", "logger=csv", "trainer=cpu", "trainer.max_epochs=2",
+        "data.batch_size=16", "data.val_queries=10", "eval.k=100", "checkpoint_steps.every_n_train_steps=2",
+        "debug=kill_at_step", "callbacks.kill.step=3", "callbacks.kill.signal=SIGTERM", f"hydra.run.dir={tmp_path}",
+    ]  # fmt: skip
+    env = {**os.environ, "WANDB_MODE": "offline", "HF_HUB_OFFLINE": "1"}
+    done = subprocess.run([sys.executable, "train.py", *command], cwd=REPO, env=env, capture_output=True, text=True,
+                          timeout=600)  # fmt: skip
+    assert done.returncode == 143, done.stdout[-2000:] + done.stderr[-2000:]
+    assert "SIGTERM after step 3" in done.stdout and "stopped by SIGTERM: exit code 143" in done.stdout
+    assert not (tmp_path / "results.json").exists()
+
+
 def test_resume_from_a_file_that_is_not_a_checkpoint_names_it(tmp_path: Path) -> None:
     junk, weights, checkpoint = tmp_path / "junk.ckpt", tmp_path / "weights.pt", tmp_path / "last.ckpt"
     junk.write_bytes(b"not a checkpoint")
