@@ -21,6 +21,7 @@ from retrieval_zoo.config_check import check_config
 from retrieval_zoo.exported import load, manifest
 from retrieval_zoo.pipeline import build_collection_and_bm25, encode_for_index, evaluate_method
 from retrieval_zoo.resume import exit_code_on_sigterm
+from retrieval_zoo.run_output import logged_job
 from retrieval_zoo.trained import load_trained, trained_config
 
 
@@ -108,9 +109,13 @@ def main(cfg: DictConfig) -> dict[str, dict[str, float]]:
     With ``run_dir`` (or ``model_dir``, a run exported by ``python -m retrieval_zoo.export``), the trained run's
     config is used (its evaluation settings and held-out tuning slice included), with the command line's
     ``dataset``, ``bm25``, ``eval.*`` and ``method.*`` values on top, and the fusion weight the run tuned
-    (:func:`reuse_tuned_weight`).
+    (:func:`reuse_tuned_weight`). What the run prints is also written to ``evaluate.log`` in its folder.
     """
-    out_dir = Path(HydraConfig.get().runtime.output_dir)
+    return logged_job(partial(search_and_evaluate, cfg))
+
+
+def search_and_evaluate(cfg: DictConfig, out_dir: Path) -> dict[str, dict[str, float]]:
+    """The evaluation in ``out_dir``: see :func:`main`."""
     if cfg.run_dir and cfg.model_dir:
         raise ValueError("give run_dir (a train.py run) or model_dir (an export of one), not both")
     if cfg.run_dir or cfg.model_dir:

@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-import traceback
 from functools import partial
 from pathlib import Path
 
 import hydra
 import lightning as L
 import torch
-from hydra.core.hydra_config import HydraConfig
 from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
@@ -23,12 +21,20 @@ from retrieval_zoo.pipeline import (
     run_config,
 )
 from retrieval_zoo.resume import AtomicCheckpointIO, exit_code_on_sigterm, find_checkpoint
+from retrieval_zoo.run_output import logged_job
 
 
 @hydra.main(config_path="conf", config_name="train", version_base="1.3")
 def main(cfg: DictConfig) -> dict[str, dict[str, float]] | float:
-    """Train → index → search → evaluate; returns the metrics table, or with ``objective`` the method's value of it."""
-    out_dir = Path(HydraConfig.get().runtime.output_dir)
+    """Train → index → search → evaluate; returns the metrics table, or with ``objective`` the method's value of it.
+
+    What the run prints is also written to ``train.log`` in its folder.
+    """
+    return logged_job(partial(train_and_evaluate, cfg))
+
+
+def train_and_evaluate(cfg: DictConfig, out_dir: Path) -> dict[str, dict[str, float]] | float:
+    """The run in ``out_dir``: see :func:`main`."""
     check_config(cfg)
     L.seed_everything(cfg.seed, workers=True)
     torch.set_float32_matmul_precision("high")
@@ -57,6 +63,8 @@ def main(cfg: DictConfig) -> dict[str, dict[str, float]] | float:
             extra = [instantiate(callback) for callback in cfg.callbacks.values()]
             validation = instantiate(cfg.validation, index=index, bm25=bm25)
             callbacks = [validation, checkpoint, steps, *extra]
+            if cfg.trainer.enable_progress_bar:  # a bar in a terminal, lines in a file
+                callbacks.append(instantiate(cfg.progress))
             trainer = make_trainer(logger=logger, callbacks=callbacks, plugins=[AtomicCheckpointIO()])
             resume = find_checkpoint(cfg.resume_from, out_dir, config)
             if resume:
@@ -81,9 +89,6 @@ def main(cfg: DictConfig) -> dict[str, dict[str, float]] | float:
         if cfg.objective:  # what an optimising sweeper (Optuna) maximises
             return summary["metrics"][summary["system"]][cfg.objective]
         return summary["metrics"]
-    except Exception:
-        traceback.print_exc()  # at once: a multirun would only report it after its last job
-        raise
     finally:
         finish(logger)
 

@@ -17,6 +17,7 @@ from pathlib import Path
 from hydra.utils import get_method
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
+from retrieval_zoo.bounds import AtLeast
 from retrieval_zoo.pipeline import check_method_and_index
 
 HYDRA_KEYS = {"_target_", "_partial_", "_recursive_", "_convert_", "_args_"}
@@ -29,12 +30,12 @@ def check_config(cfg: DictConfig) -> None:
     Raises:
         ValueError: Naming the key (``data.batch_size``), the value, and what is expected.
     """
-    for path, node in target_nodes(cfg):
-        check_node(path, node)
-    for key, minimum in EVAL_MINIMUMS.items():
+    for key, minimum in EVAL_MINIMUMS.items():  # first: other nodes interpolate them (data.holdout_queries)
         value = OmegaConf.select(cfg, f"eval.{key}")
         if value is not None and (type(value) is not int or value < minimum):
             raise ValueError(f"eval.{key}={value!r}: expected an integer ≥ {minimum}")
+    for path, node in target_nodes(cfg):
+        check_node(path, node)
     check_method_and_index(cfg)
 
 
@@ -56,7 +57,7 @@ def check_node(path: str, node: DictConfig) -> None:
     target = get_method(node._target_)
     signature = inspect.signature(target)
     try:
-        hints = typing.get_type_hints(target.__init__ if inspect.isclass(target) else target)
+        hints = typing.get_type_hints(target.__init__ if inspect.isclass(target) else target, include_extras=True)
     except (NameError, TypeError):  # an annotation that cannot be resolved here: check the keys only
         hints = {}
     takes_any = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in signature.parameters.values())
@@ -78,6 +79,9 @@ def conforms(value: object, hint: object) -> bool:
     if hint is typing.Any or isinstance(value, DictConfig) and "_target_" in value:
         return True  # a nested object is checked as a node of its own
     origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if origin is typing.Annotated:  # a type with bounds (retrieval_zoo.bounds): the type, then each bound
+        bounds = [bound for bound in args[1:] if isinstance(bound, AtLeast)]
+        return conforms(value, args[0]) and all(bound.accepts(value) for bound in bounds)
     if origin in (typing.Union, types.UnionType):
         return any(conforms(value, arg) for arg in args)
     if origin is typing.Literal:
@@ -102,8 +106,13 @@ def conforms(value: object, hint: object) -> bool:
 
 def describe(hint: object) -> str:
     """A readable name for an annotation."""
+    if typing.get_origin(hint) is typing.Annotated:
+        base, *extras = typing.get_args(hint)
+        return " ".join([describe(base), *(str(bound) for bound in extras if isinstance(bound, AtLeast))])
     if typing.get_origin(hint) in (typing.Union, types.UnionType):
         return " or ".join(describe(arg) for arg in typing.get_args(hint))
+    if typing.get_origin(hint) is typing.Literal:
+        return " or ".join(repr(arg) for arg in typing.get_args(hint))
     if hint is type(None):
         return "null"
     return getattr(hint, "__name__", str(hint))

@@ -65,6 +65,9 @@ def wandb_logger(
         name=run_name, save_dir=save_dir, project=project, entity=entity, group=group, tags=tags, mode=mode,
         log_model=log_artifacts,
     )  # fmt: skip
+    # Lightning hands wandb.init an ``anonymous`` key even when unset, and wandb then warns on every run that the
+    # setting has no effect: leave the key out
+    logger._wandb_init.pop("anonymous", None)
     logger.experiment.config.update(config, allow_val_change=True)
     return logger
 

@@ -114,6 +114,10 @@ def evaluate_method(
         started = time.perf_counter()
         with split_over_processes():  # under DDP, an index that splits over the ranks does (Index.serve on the others)
             retriever = bm25 if system == "BM25" else index.build(model, collection, bm25, shards)
+        if system == name and retriever is bm25:  # the method is BM25 itself (method=bm25): one search, one row
+            write_run(out_dir / run_name, runs["BM25"], tag=name)
+            name = "BM25"
+            break
         try:
             if system == name and tune_queries:
                 train_qrels = collection.qrels[tuning_split]
@@ -137,7 +141,8 @@ def evaluate_method(
     summary["split"] = split
     summary |= {"queries": len(queries), "k": k}
     summary |= {"metrics": results, "seconds": timings, "tuning": tuning, "complementarity": {}}
-    summary["moved_queries"] = moved_queries(runs["BM25"], runs[name], qrels, queries)  # CLEAR's Tables 3-4
+    if name != "BM25":  # CLEAR's Tables 3-4: the queries the method moved most against BM25
+        summary["moved_queries"] = moved_queries(runs["BM25"], runs[name], qrels, queries)
     if hasattr(retriever, "nbytes"):  # the method's index size (DLR/DHR indexes report theirs)
         summary["index_bytes"] = int(retriever.nbytes)
         print(f"{name} index: {retriever.nbytes / 2**20:.2f} MiB")

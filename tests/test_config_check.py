@@ -34,7 +34,11 @@ def test_every_sweep_job_passes(experiment: str, overrides: list[str]) -> None:
     ("overrides", "message"),
     [
         (["data.batch_size=abc"], "data.batch_size='abc': expected int"),
-        (["data.val_queries=1.5"], "data.val_queries=1.5: expected int or null"),
+        (["data.batch_size=0"], "data.batch_size=0: expected int ≥ 1"),
+        (["data.num_workers=-1"], "data.num_workers=-1: expected int ≥ 0 or 'auto'"),
+        (["data.num_workers=many"], "data.num_workers='many': expected int ≥ 0 or 'auto'"),
+        (["progress.style=fancy"], "progress.style='fancy': expected 'auto' or 'bar' or 'lines'"),
+        (["data.val_queries=1.5"], "data.val_queries=1.5: expected int ≥ 0 or null"),
         (["eval.k=0"], "eval.k=0: expected an integer ≥ 1"),
         (["eval.tune_queries=-1"], "eval.tune_queries=-1: expected an integer ≥ 0"),
         (["eval.k=ten"], "eval.k='ten': expected an integer ≥ 1"),
@@ -57,6 +61,8 @@ def test_train_py_fails_on_a_bad_value_before_it_builds_anything(tmp_path, monke
 
     cache = tmp_path / "cache"
     monkeypatch.setenv("RETRIEVAL_ZOO_CACHE", str(cache))
-    failed = run_app("train.py", "data.batch_size=abc", f"hydra.run.dir={tmp_path / 'run'}", ok=False)
-    assert "data.batch_size='abc': expected int" in failed
+    failed = run_app("train.py", "data.batch_size=0", f"hydra.run.dir={tmp_path / 'run'}", ok=False)
+    assert "data.batch_size=0: expected int ≥ 1" in failed
+    assert failed.count("Traceback") <= 1  # Hydra reports the error; train.py does not print it a second time
+    assert "data.batch_size=0: expected int ≥ 1" in (tmp_path / "run" / "train.log").read_text()  # the log holds it
     assert not cache.exists()  # no BM25 index, no encoded shard: nothing was built

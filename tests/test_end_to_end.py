@@ -45,6 +45,9 @@ def test_train_then_evaluate(tiny_dir: Path, tmp_path: Path) -> None:
         f"hydra.run.dir={out}",
     )  # fmt: skip
     assert "| BM25 |" in stdout and "| dense |" in stdout
+    log = (out / "train.log").read_text()  # what the run printed, in its folder
+    assert "| dense |" in log and "[train] epoch 2/2: batch" in log and "\r" not in log
+    assert "wandb: Tracking run" in log and "anonymous setting" not in log and "LeafSpec" not in log
     results = json.loads((out / "results.json").read_text())
     assert set(results["metrics"]) == {"BM25", "dense"} and results["queries"] == 30
     assert 0.0 <= results["metrics"]["dense"]["MRR@10"] <= 1.0
@@ -94,10 +97,16 @@ def test_train_then_evaluate(tiny_dir: Path, tmp_path: Path) -> None:
 @pytest.mark.slow
 def test_bm25_method_needs_no_training(tiny_dir: Path, tmp_path: Path) -> None:
     out = tmp_path / "bm25"
-    run_app("train.py", *tiny_dataset(tiny_dir), "method=bm25", "logger=none", "eval.k=100", f"hydra.run.dir={out}")
+    stdout = run_app("train.py", *tiny_dataset(tiny_dir), "method=bm25", "logger=none", "eval.k=100",
+                     f"hydra.run.dir={out}")  # fmt: skip
     results = json.loads((out / "results.json").read_text())
-    assert results["metrics"]["bm25"] == results["metrics"]["BM25"]
+    assert list(results["metrics"]) == ["BM25"] and results["system"] == "BM25"  # searched once, one row
+    assert stdout.count("| BM25 |") == 1 and "| bm25 |" not in stdout
     assert results["metrics"]["BM25"]["R@100"] > 0.5
+    assert (out / "run.dev.trec").read_text().split("\n")[0].split()[:5] == (
+        (out / "run.dev.bm25.trec").read_text().split("\n")[0].split()[:5]
+    )  # both run files, the same ranking
+    assert "LeafSpec" not in (out / "train.log").read_text()
 
 
 @pytest.mark.slow
@@ -109,7 +118,7 @@ def test_multirun_gives_each_job_its_own_directory(tiny_dir: Path, tmp_path: Pat
     )  # fmt: skip
     results = sorted(sweep.glob("*/results.json"))
     assert len(results) == 2
-    metrics = [json.loads(p.read_text())["metrics"]["bm25"] for p in results]
+    metrics = [json.loads(p.read_text())["metrics"]["BM25"] for p in results]
     assert metrics[0] != metrics[1]  # different k1, different scores
 
 

@@ -16,12 +16,14 @@ from __future__ import annotations
 import os
 from collections.abc import Callable
 from dataclasses import dataclass, fields, replace
+from typing import Literal
 
 import lightning as L
 import numpy as np
 import torch
 from torch.utils.data import DataLoader
 
+from retrieval_zoo.bounds import NonNegative, Positive
 from retrieval_zoo.cache import fingerprint
 from retrieval_zoo.data.collections import Collection
 from retrieval_zoo.data.corpus_store import corpus_ids
@@ -116,19 +118,19 @@ class TriplesDataModule(L.LightningDataModule):
         self,
         collection: Collection,
         bm25: BM25,
-        batch_size: int = 64,
-        n_negatives: int = 1,
+        batch_size: Positive = 64,
+        n_negatives: Positive = 1,
         negatives_run: str | None = None,
-        negative_depth: int = 100,
+        negative_depth: Positive = 100,
         random_negatives: bool = False,
         teacher_run: str | None = None,
         needs: frozenset[str] | list[str] = frozenset(),
         seed: int = 13,
-        epochs: int | None = None,
+        epochs: Positive | None = None,
         val_split: str = "dev",
-        val_queries: int | None = 300,
-        num_workers: int | str = "auto",
-        holdout_queries: int = 0,
+        val_queries: NonNegative | None = 300,
+        num_workers: NonNegative | Literal["auto"] = "auto",
+        holdout_queries: NonNegative = 0,
         tokenizer: TextTokenizer | None = None,
         term_keys: Callable[[list[str]], np.ndarray] | None = None,
     ) -> None:
