@@ -1,4 +1,4 @@
-"""Numeric ranges a config value must lie in, declared on a parameter's type: ``batch_size: Positive``.
+"""Ranges and choices a config value must lie in, declared on a parameter's type: ``batch_size: Positive``.
 
 :mod:`retrieval_zoo.config_check` reads them from the ``Annotated`` types of every ``_target_``'s parameters and
 rejects a value outside, naming the key, before anything is loaded; a constructor need not check them again.
@@ -6,6 +6,7 @@ rejects a value outside, naming the key, before anything is loaded; a constructo
 
 from __future__ import annotations
 
+import typing
 from dataclasses import dataclass
 from typing import Annotated
 
@@ -26,3 +27,14 @@ class AtLeast:
 
 Positive = Annotated[int, AtLeast(1)]  # a count that must be at least 1 (batch sizes, depths)
 NonNegative = Annotated[int, AtLeast(0)]  # a count that may be 0 (held-out queries, workers)
+
+
+def require_choice(name: str, value: object, choices: object) -> None:
+    """``value`` must be one of the values of the ``Literal`` type ``choices`` (what config_check also enforces).
+
+    Raises:
+        ValueError: Naming ``name``, the allowed values and ``value``.
+    """
+    allowed = typing.get_args(choices)
+    if value not in allowed:
+        raise ValueError(f"{name} must be one of {allowed}, not {value!r}")

@@ -10,11 +10,13 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Callable, Mapping
+from typing import Literal
 
 import torch
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from retrieval_zoo.backbones import Backbone
+from retrieval_zoo.bounds import require_choice
 from retrieval_zoo.tokens import TextLookup, TextTokenizer, TokenCache, TokenizedBatch, Tokens
 
 SIDES = ("query", "doc")
@@ -31,6 +33,7 @@ def cls_pool(hidden: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor
     return hidden[:, 0]
 
 
+Pooling = Literal["mean", "cls"]
 POOLING: dict[str, Callable[[torch.Tensor, torch.Tensor], torch.Tensor]] = {"mean": mean_pool, "cls": cls_pool}
 
 
@@ -52,7 +55,7 @@ class Encoder(torch.nn.Module):
     def __init__(
         self,
         backbone: Backbone,
-        pooling: str = "mean",
+        pooling: Pooling = "mean",
         query_max_length: int = 32,
         doc_max_length: int = 128,
         markers: dict[str, str] | None = None,
@@ -61,8 +64,7 @@ class Encoder(torch.nn.Module):
         compile: bool = False,
     ) -> None:
         super().__init__()
-        if pooling not in POOLING:
-            raise ValueError(f"encoder.pooling must be one of {sorted(POOLING)}, not {pooling!r}")
+        require_choice("encoder.pooling", pooling, Pooling)
         if markers and set(markers) - set(SIDES):
             raise ValueError(f"encoder.markers: sides are {SIDES}, not {sorted(set(markers) - set(SIDES))}")
         self.backbone_name, self.pooling, self.mlm_head = backbone.name, pooling, mlm_head

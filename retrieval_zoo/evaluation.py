@@ -10,12 +10,14 @@ relevant document are not evaluated (MS MARCO's convention).
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
+from typing import Literal
 
 import pytrec_eval
 
 from retrieval_zoo.data.formats import Qrels, Run, top_k
 
-MEASURES: dict[str, str] = {
+Measure = Literal["MRR@10", "R@100", "R@1000", "nDCG@10", "MAP@1000"]  # what tuning may maximise
+MEASURES: dict[Measure, str] = {
     "MRR@10": "recip_rank@10",
     "R@100": "recall_100",
     "R@1000": "recall_1000",

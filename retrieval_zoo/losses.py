@@ -5,8 +5,13 @@ Each method sums the named losses it needs; the base module logs each as ``train
 
 from __future__ import annotations
 
+import typing
+from typing import Literal
+
 import torch
 import torch.nn.functional as F
+
+from retrieval_zoo.bounds import require_choice
 
 
 def group_targets(batch_size: int, group_size: int, in_batch: bool, device: torch.device) -> torch.Tensor:
@@ -76,13 +81,13 @@ def contrastive_nll(
     return listwise_nll(scores, targets), in_batch_accuracy(scores, targets)
 
 
-MARGIN_NORMALIZATIONS = ("none", "pair_max")
+MarginNormalization = Literal["none", "pair_max"]
+MARGIN_NORMALIZATIONS = typing.get_args(MarginNormalization)
 
 
 def check_margin_normalization(normalization: str) -> str:
     """``normalization`` if it names a margin normalisation of :func:`residual_margin`, else a ValueError."""
-    if normalization not in MARGIN_NORMALIZATIONS:
-        raise ValueError(f"margin_normalization must be one of {MARGIN_NORMALIZATIONS}, not {normalization!r}")
+    require_choice("margin_normalization", normalization, MarginNormalization)
     return normalization
 
 
@@ -91,7 +96,7 @@ def residual_margin(
     lex_negative: torch.Tensor,
     xi: float,
     lambda_train: float,
-    normalization: str = "none",
+    normalization: MarginNormalization = "none",
 ) -> torch.Tensor:
     """CLEAR's residual margin, Eq. 6: m_r = ξ − λ_train · (s_lex(q, d⁺) − s_lex(q, d⁻)).
 
@@ -150,10 +155,13 @@ def orthogonality(
     return query_cos.pow(2).mean() + doc_cos.pow(2).mean()
 
 
-KL_DIRECTIONS = ("teacher_student", "student_teacher")
+KlDirection = Literal["teacher_student", "student_teacher"]
+KL_DIRECTIONS = typing.get_args(KlDirection)
 
 
-def kl_distillation(student: torch.Tensor, teacher: torch.Tensor, direction: str = "teacher_student") -> torch.Tensor:
+def kl_distillation(
+    student: torch.Tensor, teacher: torch.Tensor, direction: KlDirection = "teacher_student"
+) -> torch.Tensor:
     """KL divergence between the softmaxes of student and teacher scores over each query's candidates.
 
     ``teacher_student``: KL(p_t ‖ p_s) = mean_i Σ_j p_t(j | q_i) · (log p_t(j | q_i) − log p_s(j | q_i)), as the
@@ -171,8 +179,7 @@ def kl_distillation(student: torch.Tensor, teacher: torch.Tensor, direction: str
     """
     if student.shape != teacher.shape:
         raise ValueError(f"student scores {tuple(student.shape)} and teacher scores {tuple(teacher.shape)} differ")
-    if direction not in KL_DIRECTIONS:
-        raise ValueError(f"direction must be one of {KL_DIRECTIONS}, not {direction!r}")
+    require_choice("direction", direction, KlDirection)
     log_student, log_teacher = F.log_softmax(student, dim=1), F.log_softmax(teacher.to(student.dtype), dim=1)
     if direction == "teacher_student":
         return F.kl_div(log_student, log_teacher, log_target=True, reduction="batchmean")

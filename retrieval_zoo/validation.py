@@ -16,11 +16,14 @@ file system), every rank builds the index from all the shards, and the folder is
 from __future__ import annotations
 
 import shutil
+import typing
 from pathlib import Path
+from typing import Literal
 
 import lightning as L
 from tqdm import tqdm
 
+from retrieval_zoo.bounds import require_choice
 from retrieval_zoo.cache import fingerprint
 from retrieval_zoo.data.collections import Collection
 from retrieval_zoo.data.corpus_store import corpus_ids
@@ -30,7 +33,8 @@ from retrieval_zoo.lexical.bm25 import BM25
 from retrieval_zoo.training.validation_pool import candidate_pool
 from retrieval_zoo.validation_metrics import RankingMetrics
 
-CORPORA = ("full", "pool")
+Corpus = Literal["full", "pool"]
+CORPORA = typing.get_args(Corpus)
 
 
 class RetrievalValidation(L.Callback):
@@ -51,13 +55,12 @@ class RetrievalValidation(L.Callback):
         self,
         index: Index,
         bm25: BM25,
-        corpus: str = "full",
+        corpus: Corpus = "full",
         pool_depth: int = 1000,
         shard_size: int = 4096,
         shards_dir: str | None = None,
     ) -> None:
-        if corpus not in CORPORA:
-            raise ValueError(f"validation.corpus must be one of {CORPORA}, not {corpus!r}")
+        require_choice("validation.corpus", corpus, Corpus)
         if shard_size < 1:
             raise ValueError(f"validation.shard_size must be at least 1, not {shard_size}")
         bm25_depth = getattr(index, "depth", 0)  # a union's: BM25's top depth, which must stay inside the pool

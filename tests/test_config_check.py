@@ -38,6 +38,11 @@ def test_every_sweep_job_passes(experiment: str, overrides: list[str]) -> None:
         (["data.num_workers=-1"], "data.num_workers=-1: expected int ≥ 0 or 'auto'"),
         (["data.num_workers=many"], "data.num_workers='many': expected int ≥ 0 or 'auto'"),
         (["progress.style=fancy"], "progress.style='fancy': expected 'auto' or 'bar' or 'lines'"),
+        (["method=csurf", "method.similarity=euclid"], "method.similarity='euclid': expected 'cosine' or 'dot'"),
+        (["index=gip", "index.slicing=diagonal"], "index.slicing='diagonal': expected 'contiguous' or 'stride'"),
+        (["validation.corpus=half"], "validation.corpus='half': expected 'full' or 'pool'"),
+        (["method.encoder.pooling=max"], "method.encoder.pooling='max': expected 'mean' or 'cls'"),
+        (["index=gip", "index.tune_measure=P@5"], "index.tune_measure='P@5': expected 'MRR@10' or 'R@100'"),
         (["data.val_queries=1.5"], "data.val_queries=1.5: expected int ≥ 0 or null"),
         (["eval.k=0"], "eval.k=0: expected an integer ≥ 1"),
         (["eval.tune_queries=-1"], "eval.tune_queries=-1: expected an integer ≥ 0"),
@@ -66,3 +71,14 @@ def test_train_py_fails_on_a_bad_value_before_it_builds_anything(tmp_path, monke
     assert failed.count("Traceback") <= 1  # Hydra reports the error; train.py does not print it a second time
     assert "data.batch_size=0: expected int ≥ 1" in (tmp_path / "run" / "train.log").read_text()  # the log holds it
     assert not cache.exists()  # no BM25 index, no encoded shard: nothing was built
+
+
+def test_each_fixed_choice_is_one_literal_type_that_its_code_reads() -> None:
+    """The Literal types config_check enforces name exactly what the code dispatches on."""
+    import typing
+
+    from retrieval_zoo.encoder import POOLING, Pooling
+    from retrieval_zoo.evaluation import MEASURES, Measure
+
+    assert set(typing.get_args(Pooling)) == set(POOLING)
+    assert set(typing.get_args(Measure)) == set(MEASURES)

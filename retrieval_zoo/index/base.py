@@ -18,10 +18,11 @@ from __future__ import annotations
 
 from typing import Any, ClassVar, Protocol
 
+from retrieval_zoo.bounds import require_choice
 from retrieval_zoo.data.collections import Collection
 from retrieval_zoo.data.corpus_store import corpus_ids
 from retrieval_zoo.data.formats import Qrels, Run
-from retrieval_zoo.evaluation import MEASURES, tune_weight
+from retrieval_zoo.evaluation import Measure, tune_weight
 from retrieval_zoo.index.shards import CorpusShards, Payload, ShardEncoder
 from retrieval_zoo.lexical.bm25 import BM25
 
@@ -48,9 +49,8 @@ class Index:
     accepts: ClassVar[tuple[str, ...]] = ()
     on_demand_shard: ClassVar[int | None] = None  # documents encoded at once when no shards are given (None: all)
 
-    def __init__(self, weight_grid: tuple[float, ...] = (), tune_measure: str = "MRR@10") -> None:
-        if tune_measure not in MEASURES:
-            raise ValueError(f"tune_measure must be one of {sorted(MEASURES)}, not {tune_measure!r}")
+    def __init__(self, weight_grid: tuple[float, ...] = (), tune_measure: Measure = "MRR@10") -> None:
+        require_choice("tune_measure", tune_measure, Measure)
         self.weight_grid, self.tune_measure = tuple(float(v) for v in weight_grid), tune_measure
 
     def representation(self, method: Any) -> str:

@@ -44,6 +44,7 @@ import torch
 
 from retrieval_zoo.batching import QueryPrep
 from retrieval_zoo.data.collections import Collection
+from retrieval_zoo.evaluation import Measure
 from retrieval_zoo.index.bmp_engine import LEVELS, QUERY_LEVELS, ciff_to_bmp, import_bmp, query_impacts
 from retrieval_zoo.index.ciff import spill, term_lists, write_ciff
 from retrieval_zoo.index.dhr import PartEncoder
@@ -178,7 +179,7 @@ class Bmp(TermIndex):
     def __init__(
         self, candidates: int = 1000, oversample: int = 2, block_size: int = 32, alpha: float = 1.0, beta: float = 1.0,
         rescore: bool = True, weight: float | None = None, weight_grid: tuple[float, ...] = DHR_GRID,
-        tune_measure: str = "MRR@10",
+        tune_measure: Measure = "MRR@10",
     ) -> None:  # fmt: skip
         super().__init__(weight, weight_grid, tune_measure)
         import_bmp()  # when the config is read: a missing engine fails at once, before anything is encoded

@@ -16,6 +16,7 @@ from retrieval_zoo.batching import encode_all
 from retrieval_zoo.cache import atomic_path, entry_lock, fingerprint
 from retrieval_zoo.data.collections import Collection
 from retrieval_zoo.data.formats import Run
+from retrieval_zoo.evaluation import Measure
 from retrieval_zoo.index.base import Index
 from retrieval_zoo.index.dense import Faiss, FaissIndex, vectors_payload
 from retrieval_zoo.index.shards import CorpusShards, Payload, docids_digest
@@ -112,7 +113,7 @@ class Concatenated(Index):
         self,
         weight: float = 1.0,
         weight_grid: tuple[float, ...] = tuple(round(0.1 * i, 1) for i in range(21)),
-        tune_measure: str = "MAP@1000",
+        tune_measure: Measure = "MAP@1000",
         factory: str = "Flat",
     ) -> None:
         super().__init__(weight_grid, tune_measure)

@@ -9,15 +9,19 @@ indices agree (Eq. 10–12). A DHR appends √λ·[CLS] to the values with an al
 from __future__ import annotations
 
 import math
+import typing
 from dataclasses import dataclass, field
 from functools import cached_property
+from typing import Literal
 
 import numpy as np
 import torch
 
+from retrieval_zoo.bounds import require_choice
 from retrieval_zoo.term_matrix import dense_rows, entry_rows, is_csr, parts
 
-SLICINGS = ("contiguous", "stride", "random")
+SlicingStrategy = Literal["contiguous", "stride", "random"]
+SLICINGS = typing.get_args(SlicingStrategy)
 
 
 @dataclass(frozen=True)
@@ -41,14 +45,13 @@ class Slicing:
     vocab_size: int
     slices: int = 768
     discard: int = 570
-    strategy: str = "stride"
+    strategy: SlicingStrategy = "stride"
     seed: int = 0
     _permutation: np.ndarray | None = field(default=None, init=False, repr=False, compare=False)
     _inverse: np.ndarray | None = field(default=None, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        if self.strategy not in SLICINGS:
-            raise ValueError(f"slicing strategy must be one of {SLICINGS}, not {self.strategy!r}")
+        require_choice("slicing strategy", self.strategy, SlicingStrategy)
         if not 0 <= self.discard < self.vocab_size or self.slices < 1:
             raise ValueError(f"need 0 <= discard < vocab_size and slices >= 1: {self}")
         if self.strategy == "random":

@@ -2,18 +2,23 @@
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+import typing
+from typing import Any, ClassVar, Literal
 
+from retrieval_zoo.bounds import require_choice
 from retrieval_zoo.data.collections import Collection
 from retrieval_zoo.data.formats import Run, top_k
+from retrieval_zoo.evaluation import Measure
 from retrieval_zoo.index.base import Index
 from retrieval_zoo.index.dense import DenseRetriever, Faiss
 from retrieval_zoo.index.fusion import complete, interpolate, union_gaps
 from retrieval_zoo.index.shards import CorpusShards, Payload
 from retrieval_zoo.lexical.bm25 import BM25
 
-PARTS = ("lexical", "semantic")
-UNION_SCORES = ("exact", "floor")
+Part = Literal["lexical", "semantic"]
+PARTS = typing.get_args(Part)
+UnionScores = Literal["exact", "floor"]
+UNION_SCORES = typing.get_args(UnionScores)
 
 
 class HybridRetriever:
@@ -44,12 +49,11 @@ class HybridRetriever:
         weighted: str = "lexical",
         depth: int = 1000,
         parts: tuple[str, str] = PARTS,
-        union_scores: str = "exact",
+        union_scores: UnionScores = "exact",
     ) -> None:
         if weighted not in parts:
             raise ValueError(f"weighted must be one of the parts {parts}, not {weighted!r}")
-        if union_scores not in UNION_SCORES:
-            raise ValueError(f"union_scores must be one of {UNION_SCORES}, not {union_scores!r}")
+        require_choice("union_scores", union_scores, UnionScores)
         self.bm25, self.dense, self.weight, self.weighted = bm25, dense, weight, weighted
         self.depth, self.parts, self.weight_name, self.union_scores = depth, parts, f"{weighted}_weight", union_scores
         self._last: tuple[dict[str, str], Run, Run] | None = None
@@ -116,19 +120,17 @@ class Union(Index):
 
     def __init__(
         self,
-        weighted: str = "semantic",
+        weighted: Part = "semantic",
         weight: float = 1.0,
         weight_grid: tuple[float, ...] = tuple(round(0.1 * i, 1) for i in range(21)),
-        tune_measure: str = "MAP@1000",
+        tune_measure: Measure = "MAP@1000",
         depth: int = 1000,
         factory: str = "Flat",
-        union_scores: str = "exact",
+        union_scores: UnionScores = "exact",
     ) -> None:
         super().__init__(weight_grid, tune_measure)
-        if weighted not in PARTS:
-            raise ValueError(f"weighted must be one of {PARTS}, not {weighted!r}")
-        if union_scores not in UNION_SCORES:
-            raise ValueError(f"union_scores must be one of {UNION_SCORES}, not {union_scores!r}")
+        require_choice("weighted", weighted, Part)
+        require_choice("union_scores", union_scores, UnionScores)
         self.weighted, self.weight, self.depth, self.union_scores = weighted, weight, depth, union_scores
         self.dense = Faiss(factory)
 

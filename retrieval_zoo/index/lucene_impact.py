@@ -21,6 +21,7 @@ import torch
 
 from retrieval_zoo.batching import QueryPrep
 from retrieval_zoo.data.collections import Collection
+from retrieval_zoo.evaluation import Measure
 from retrieval_zoo.index.dhr import PartEncoder
 from retrieval_zoo.index.impact import Hits, ImpactRetriever, as_query, document_impacts, quantize
 from retrieval_zoo.index.shards import CorpusShards
@@ -111,7 +112,7 @@ class LuceneImpact(TermIndex):
 
     def __init__(
         self, doc_levels: int = 255, query_levels: int = 1000, candidates: int = 1000, threads: int | None = None,
-        weight: float | None = None, weight_grid: tuple[float, ...] = DHR_GRID, tune_measure: str = "MRR@10",
+        weight: float | None = None, weight_grid: tuple[float, ...] = DHR_GRID, tune_measure: Measure = "MRR@10",
     ) -> None:  # fmt: skip
         super().__init__(weight, weight_grid, tune_measure)
         if doc_levels < 1 or query_levels < 1:

@@ -24,6 +24,7 @@ from tqdm import tqdm
 
 from retrieval_zoo.batching import QueryPrep
 from retrieval_zoo.data.collections import Collection
+from retrieval_zoo.evaluation import Measure
 from retrieval_zoo.index.dhr import PartEncoder
 from retrieval_zoo.index.impact import Hits, ImpactRetriever
 from retrieval_zoo.index.shards import CorpusShards
@@ -145,7 +146,7 @@ class Seismic(TermIndex):
         self, n_postings: int = 3500, centroid_fraction: float = 0.1, summary_energy: float = 0.4, doc_cut: int = 15,
         query_cut: int = 10, heap_factor: float = 0.7, max_doc_terms: int = 2048, candidates: int = 1000,
         threads: int = 0, weight: float | None = None, weight_grid: tuple[float, ...] = DHR_GRID,
-        tune_measure: str = "MRR@10",
+        tune_measure: Measure = "MRR@10",
     ) -> None:  # fmt: skip
         super().__init__(weight, weight_grid, tune_measure)
         import_seismic()  # when the config is read: a missing engine fails at once, before anything is encoded

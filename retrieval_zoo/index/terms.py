@@ -17,11 +17,13 @@ from typing import Any, ClassVar
 import torch
 
 from retrieval_zoo.batching import PLAIN_QUERIES, QueryPrep, encode_payload
+from retrieval_zoo.bounds import require_choice
 from retrieval_zoo.data.collections import Collection
 from retrieval_zoo.data.corpus_store import corpus_ids
+from retrieval_zoo.evaluation import Measure
 from retrieval_zoo.index.base import Index
 from retrieval_zoo.index.dhr import DhrRetriever
-from retrieval_zoo.index.dlr import SLICINGS, Slicing
+from retrieval_zoo.index.dlr import Slicing, SlicingStrategy
 from retrieval_zoo.index.shards import CorpusShards, Payload, ShardEncoder
 from retrieval_zoo.index.sparse import SparseRetriever
 from retrieval_zoo.lexical.bm25 import BM25
@@ -101,7 +103,7 @@ class TermIndex(Index):
     on_demand_shard: ClassVar[int | None] = ON_DEMAND_SHARD
 
     def __init__(
-        self, weight: float | None = None, weight_grid: tuple[float, ...] = DHR_GRID, tune_measure: str = "MRR@10"
+        self, weight: float | None = None, weight_grid: tuple[float, ...] = DHR_GRID, tune_measure: Measure = "MRR@10"
     ) -> None:
         super().__init__(weight_grid, tune_measure)
         self.weight = weight
@@ -141,19 +143,18 @@ class Gip(TermIndex):
     def __init__(
         self,
         slices: int = 768,
-        slicing: str = "stride",
+        slicing: SlicingStrategy = "stride",
         first_stage: str | None = "approximate_gip",
         theta: float = 0.3,
         candidates: int = 10_000,
         weight: float | None = None,
         weight_grid: tuple[float, ...] = DHR_GRID,
-        tune_measure: str = "MRR@10",
+        tune_measure: Measure = "MRR@10",
     ) -> None:
         super().__init__(weight, weight_grid, tune_measure)
         if slices < 1:
             raise ValueError(f"index.slices must be at least 1, not {slices} (index=sparse searches exactly)")
-        if slicing not in SLICINGS:
-            raise ValueError(f"index.slicing must be one of {SLICINGS}, not {slicing!r}")
+        require_choice("index.slicing", slicing, SlicingStrategy)
         self.slices, self.slicing = slices, slicing
         self.first_stage, self.theta, self.candidates = first_stage, theta, candidates
 

@@ -16,16 +16,20 @@ Training scores a batch through the same function over the batch's documents, an
 from __future__ import annotations
 
 import functools
+import typing
 from collections.abc import Callable
 from dataclasses import dataclass, fields
+from typing import Literal
 
 import torch
 
+from retrieval_zoo.bounds import require_choice
 from retrieval_zoo.distributed import gather_rows, row_counts, world
 from retrieval_zoo.rows import take_rows
 from retrieval_zoo.term_matrix import csr, offsets_of
 
-BAGS = ("both", "original", "expansion")
+Bags = Literal["both", "original", "expansion"]
+BAGS = typing.get_args(Bags)
 
 
 @dataclass
@@ -95,7 +99,7 @@ def csf_bags(
     input_ids: torch.Tensor,
     source_mask: torch.Tensor,
     vectors: torch.Tensor | None,
-    bags: str = "both",
+    bags: Bags = "both",
 ) -> CsfBags:
     """The bag of CSFs C = O ∪ E of each text (§3.2), or O or E alone (Table 2).
 
@@ -114,8 +118,7 @@ def csf_bags(
     Returns:
         The CSFs, expansion ones first.
     """
-    if bags not in BAGS:
-        raise ValueError(f"bags must be one of {BAGS}, not {bags!r}")
+    require_choice("bags", bags, Bags)
     parts = []
     if bags != "original":
         text, surface = (expansion > 0).nonzero(as_tuple=True)

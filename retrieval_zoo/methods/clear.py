@@ -19,7 +19,7 @@ from typing import ClassVar
 import torch
 
 from retrieval_zoo.encoder import Encoder
-from retrieval_zoo.losses import check_margin_normalization, residual_hinge, residual_margin
+from retrieval_zoo.losses import MarginNormalization, check_margin_normalization, residual_hinge, residual_margin
 from retrieval_zoo.methods.base import Optim
 from retrieval_zoo.methods.dense import DenseBiEncoder
 from retrieval_zoo.training.datamodule import TrainBatch
@@ -46,7 +46,7 @@ class CLEAR(DenseBiEncoder):
         optim: Optim | None = None,
         xi: float = 1.0,
         lambda_train: float = 0.1,
-        margin_normalization: str = "none",
+        margin_normalization: MarginNormalization = "none",
         val_k: int = 100,
     ) -> None:
         super().__init__(encoder, optim, in_batch_negatives=False, val_k=val_k)

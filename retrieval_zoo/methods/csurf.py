@@ -17,20 +17,22 @@ its weights alone, not the model.
 
 from __future__ import annotations
 
-from typing import ClassVar
+import typing
+from typing import ClassVar, Literal
 
 import torch
 import torch.nn.functional as F
 
+from retrieval_zoo.bounds import require_choice
 from retrieval_zoo.data.collections import Collection
 from retrieval_zoo.distributed import global_mean
 from retrieval_zoo.encoder import Encoder
 from retrieval_zoo.index.terms import TermEncoder, encoder_term_weights
 from retrieval_zoo.lexical.bm25 import BM25
-from retrieval_zoo.lexical.csf import BAGS, CsfBags, Postings, csf_bags, gather_bags, max_sum_scores
+from retrieval_zoo.lexical.csf import Bags, CsfBags, Postings, csf_bags, gather_bags, max_sum_scores
 from retrieval_zoo.lexical.splade import max_pooled_logits, mlm_head_parts
 from retrieval_zoo.losses import (
-    KL_DIRECTIONS,
+    KlDirection,
     contrastive_nll,
     flops,
     kl_distillation,
@@ -42,7 +44,8 @@ from retrieval_zoo.rows import take_rows
 from retrieval_zoo.tokens import Tokens
 from retrieval_zoo.training.datamodule import TrainBatch
 
-SIMILARITIES = ("cosine", "dot")
+Similarity = Literal["cosine", "dot"]
+SIMILARITIES = typing.get_args(Similarity)
 
 
 class CSurF(RetrievalMethod):
@@ -72,24 +75,21 @@ class CSurF(RetrievalMethod):
         encoder: Encoder,
         optim: Optim | None = None,
         vector_dim: int = 32,
-        similarity: str = "cosine",
-        bags: str = "both",
+        similarity: Similarity = "cosine",
+        bags: Bags = "both",
         lambda_q: float = 1e-4,
         lambda_d: float = 1e-4,
         flops_warmup_steps: int = 0,
         in_batch_negatives: bool = True,
         gather_across_devices: bool = True,
         kd_weight: float = 0.0,
-        kd_direction: str = "student_teacher",
+        kd_direction: KlDirection = "student_teacher",
         val_k: int = 100,
     ) -> None:
         super().__init__(encoder, optim, val_k)
-        if kd_direction not in KL_DIRECTIONS:
-            raise ValueError(f"kd_direction must be one of {KL_DIRECTIONS}, not {kd_direction!r}")
-        if similarity not in SIMILARITIES:
-            raise ValueError(f"similarity must be one of {SIMILARITIES}, not {similarity!r}")
-        if bags not in BAGS:
-            raise ValueError(f"bags must be one of {BAGS}, not {bags!r}")
+        require_choice("kd_direction", kd_direction, KlDirection)
+        require_choice("similarity", similarity, Similarity)
+        require_choice("bags", bags, Bags)
         _, _, projection = mlm_head_parts(encoder.model)  # fails here on a backbone without a BERT-style MLM head
         self.vocab_size = projection.out_features
         self.vector_projection = torch.nn.Linear(encoder.hidden_size, vector_dim) if vector_dim > 0 else None  # φ_v

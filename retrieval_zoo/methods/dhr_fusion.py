@@ -10,11 +10,13 @@ embedded SPLADE-tiny's. Nothing is trained. The method produces ``term_weights``
 
 from __future__ import annotations
 
-from typing import ClassVar
+import typing
+from typing import ClassVar, Literal
 
 import torch
 
 from retrieval_zoo.batching import encode_payload, read
+from retrieval_zoo.bounds import require_choice
 from retrieval_zoo.data.collections import Collection
 from retrieval_zoo.data.corpus_store import corpus_ids
 from retrieval_zoo.encoder import Encoder
@@ -28,7 +30,8 @@ from retrieval_zoo.methods.base import RetrievalMethod
 from retrieval_zoo.term_matrix import to_csr
 from retrieval_zoo.tokens import TokenizedBatch, Tokens
 
-LEXICAL = ("bm25", "splade")
+LexicalSide = Literal["bm25", "splade"]
+LEXICAL = typing.get_args(LexicalSide)
 
 
 def bag_rows(bags: list[dict[str, float]], vocabulary: dict[str, int]) -> torch.Tensor:
@@ -52,14 +55,13 @@ class DhrFusion(RetrievalMethod):
 
     def __init__(
         self,
-        lexical: str = "bm25",
+        lexical: LexicalSide = "bm25",
         encoder: Encoder | None = None,
         dense: RetrievalMethod | None = None,
         dense_checkpoint: str | None = None,
         encode_batch_size: int = 256,
     ) -> None:
-        if lexical not in LEXICAL:
-            raise ValueError(f"lexical must be one of {LEXICAL}, not {lexical!r}")
+        require_choice("lexical", lexical, LexicalSide)
         if lexical == "splade" and (encoder is None or not encoder.mlm_head):
             raise ValueError("lexical=splade needs an encoder with its MLM head (method.encoder.mlm_head=true)")
         super().__init__(encoder.eval() if encoder is not None else None)

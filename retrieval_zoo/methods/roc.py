@@ -18,12 +18,14 @@ baselines do (Tables 3–4), and ``index=faiss`` searches the [CLS] part alone.
 
 from __future__ import annotations
 
+import typing
 from collections.abc import Callable
-from typing import ClassVar
+from typing import ClassVar, Literal
 
 import numpy as np
 import torch
 
+from retrieval_zoo.bounds import require_choice
 from retrieval_zoo.encoder import Encoder
 from retrieval_zoo.lexical.projection import RademacherProjection
 from retrieval_zoo.lexical.sparse_rows import SparseBatch
@@ -33,7 +35,8 @@ from retrieval_zoo.methods.dense import DenseBiEncoder
 from retrieval_zoo.methods.masking import mask_exact_matches
 from retrieval_zoo.training.datamodule import TrainBatch
 
-LEXICAL_SCALES = ("paper", "lucene")
+LexicalScale = Literal["paper", "lucene"]
+LEXICAL_SCALES = typing.get_args(LexicalScale)
 
 
 class RoC(DenseBiEncoder):
@@ -66,11 +69,10 @@ class RoC(DenseBiEncoder):
         gather_across_devices: bool = True,
         val_k: int = 100,
         seed: int = 13,
-        lexical_scale: str = "paper",
+        lexical_scale: LexicalScale = "paper",
     ) -> None:
         super().__init__(encoder, optim, in_batch_negatives, gather_across_devices, val_k=val_k)
-        if lexical_scale not in LEXICAL_SCALES:
-            raise ValueError(f"lexical_scale must be one of {LEXICAL_SCALES}, not {lexical_scale!r}")
+        require_choice("lexical_scale", lexical_scale, LexicalScale)
         self.lexical_scale = lexical_scale
         self.projection = RademacherProjection(encoder.hidden_size, projection_seed)
         self.ortho_weight, self.mask_fraction = ortho_weight, mask_fraction
