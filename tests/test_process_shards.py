@@ -100,7 +100,7 @@ def test_two_gloo_ranks_search_their_halves_and_merge_to_one_process(tiny, tmp_p
 def test_bad_settings_fail_at_construction_with_the_choices() -> None:
     from retrieval_zoo.index.csf import InvertedLists
 
-    choices = r"vector_dtype must be one of \['bfloat16', 'float16', 'float32'\], not 'int8'"
+    choices = r"vector_dtype must be one of \('float32', 'float16', 'bfloat16'\), not 'int8'"
     with pytest.raises(ValueError, match=choices):
         InvertedLists(vector_dtype="int8")
     with pytest.raises(ValueError, match="prune_fraction"):

@@ -25,7 +25,14 @@ from retrieval_zoo.batching import PLAIN_QUERIES, QueryPrep, prepared_batches
 from retrieval_zoo.data.collections import Collection
 from retrieval_zoo.data.formats import Run
 from retrieval_zoo.index.base import Index
-from retrieval_zoo.index.csf_payload import BagEncoder, bags_to, encode_bags_payload, payload_bags, storage_dtype
+from retrieval_zoo.index.csf_payload import (
+    BagEncoder,
+    VectorDtype,
+    bags_to,
+    encode_bags_payload,
+    payload_bags,
+    storage_dtype,
+)
 from retrieval_zoo.index.gip import default_device
 from retrieval_zoo.index.process_shards import (
     ShardedSearch,
@@ -77,7 +84,7 @@ class CsfRetriever:
         query_batch_size: int = 8,
         device: torch.device | str | None = None,
         queries: QueryPrep = PLAIN_QUERIES,
-        vector_dtype: str = "float32",
+        vector_dtype: VectorDtype = "float32",
         compiled: bool = False,
     ) -> None:
         self.encode_query, self.docids, self.query_batch_size = encode_query, shards.docids, query_batch_size
@@ -214,7 +221,7 @@ class InvertedLists(Index):
         prune_threshold: float = 1e-8,
         prune_fraction: float = 0.0,
         query_batch_size: int = 8,
-        vector_dtype: str = "float32",
+        vector_dtype: VectorDtype = "float32",
         compile: bool = False,
     ) -> None:
         super().__init__()

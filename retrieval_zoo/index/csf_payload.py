@@ -8,22 +8,28 @@ A shard of the corpus is encoded once into named tensors (:func:`encode_bags_pay
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Literal
 
 import torch
 
 from retrieval_zoo.batching import Texts, prepared_batches
+from retrieval_zoo.bounds import require_choice
 from retrieval_zoo.index.shards import Payload
 from retrieval_zoo.lexical.csf import CsfBags
 
 BagEncoder = Callable[[list[str]], CsfBags]
 PAYLOAD_FIELDS = ("text", "surface", "source", "weight", "vector", "original")
-VECTOR_DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
+VectorDtype = Literal["float32", "float16", "bfloat16"]
+VECTOR_DTYPES: dict[VectorDtype, torch.dtype] = {
+    "float32": torch.float32,
+    "float16": torch.float16,
+    "bfloat16": torch.bfloat16,
+}
 
 
-def storage_dtype(name: str) -> torch.dtype:
+def storage_dtype(name: VectorDtype) -> torch.dtype:
     """The torch dtype of a ``vector_dtype`` setting; an unknown name is an error that lists the known ones."""
-    if name not in VECTOR_DTYPES:
-        raise ValueError(f"vector_dtype must be one of {sorted(VECTOR_DTYPES)}, not {name!r}")
+    require_choice("vector_dtype", name, VectorDtype)
     return VECTOR_DTYPES[name]
 
 
