@@ -27,6 +27,8 @@ LAYERS = [  # lowest first; a module may import from its own layer and the ones 
             "tokens",
             "encoder",
             "hub_modules",
+            "bounds",
+            "retriever",
         },
     ),
     ("run loading", {"trained", "teachers"}),  # a trained run read back, as a model or a distillation teacher
@@ -50,6 +52,7 @@ LAYERS = [  # lowest first; a module may import from its own layer and the ones 
             "model_card",
             "exported",
             "ecosystem",
+            "run_output",
         },
     ),
 ]
