@@ -19,8 +19,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from retrieval_zoo.config_check import check_config
 from retrieval_zoo.exported import load, manifest
-from retrieval_zoo.pipeline import build_collection_and_bm25, encode_for_index, evaluate_method
-from retrieval_zoo.resume import exit_code_on_sigterm
+from retrieval_zoo.pipeline import build_collection_and_bm25, encode_and_evaluate
 from retrieval_zoo.run_output import logged_job
 from retrieval_zoo.trained import load_trained, trained_config
 
@@ -137,26 +136,9 @@ def search_and_evaluate(cfg: DictConfig, out_dir: Path) -> dict[str, dict[str, f
     name, index = str(cfg.method_name), instantiate(cfg.index)
     collection, bm25 = build_collection_and_bm25(cfg)
     make_trainer = partial(instantiate(cfg.trainer, _partial_=True), default_root_dir=str(out_dir))
-    with exit_code_on_sigterm():
-        shards, rank_zero = encode_for_index(model, index, collection, bm25, make_trainer, cfg.encode)  # every rank
-    if not rank_zero:  # under DDP, rank 0 alone evaluates (an index split over the ranks has the others search
-        index.serve(model, collection, bm25, shards)  # their parts with it)
+    summary = encode_and_evaluate(cfg, model, index, collection, bm25, make_trainer, out_dir, name)
+    if summary is None:  # under DDP, rank 0 alone evaluates and writes the results
         return {}
-    split = cfg.eval.split or collection.eval_split
-    summary = evaluate_method(
-        model,
-        index,
-        collection,
-        bm25,
-        split,
-        cfg.eval.k,
-        out_dir,
-        name,
-        cfg.eval.tune_queries,
-        cfg.eval.get("roc_k", 10),
-        cfg.eval.get("explain", 0),
-        shards,
-    )
     return summary["metrics"]
 
 

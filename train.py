@@ -13,13 +13,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from retrieval_zoo.config_check import check_config
 from retrieval_zoo.loggers import finish, log_results
-from retrieval_zoo.pipeline import (
-    build_collection_and_bm25,
-    encode_for_index,
-    evaluate_method,
-    identity,
-    run_config,
-)
+from retrieval_zoo.pipeline import build_collection_and_bm25, encode_and_evaluate, identity, run_config
 from retrieval_zoo.resume import AtomicCheckpointIO, exit_code_on_sigterm, find_checkpoint
 from retrieval_zoo.run_output import logged_job
 
@@ -75,16 +69,9 @@ def train_and_evaluate(cfg: DictConfig, out_dir: Path) -> dict[str, dict[str, fl
             if best:
                 model.load_state_dict(torch.load(best, map_location="cpu", weights_only=False)["state_dict"])
                 print(f"[train] best checkpoint: {best}")
-        with exit_code_on_sigterm():
-            shards, rank_zero = encode_for_index(model, index, collection, bm25, make_trainer, cfg.encode)  # all ranks
-        if not rank_zero:  # under DDP, rank 0 alone evaluates and writes the results (an index split over the
-            index.serve(model, collection, bm25, shards)  # ranks has the others search their parts with it)
+        summary = encode_and_evaluate(cfg, model, index, collection, bm25, make_trainer, out_dir, names["method"])
+        if summary is None:  # under DDP, rank 0 alone evaluates and writes the results
             return 0.0 if cfg.objective else {}
-        eval_cfg = cfg.eval
-        summary = evaluate_method(
-            model, index, collection, bm25, collection.eval_split, eval_cfg.k, out_dir, names["method"],
-            eval_cfg.tune_queries, eval_cfg.roc_k, eval_cfg.explain, shards,
-        )  # fmt: skip
         log_results(logger, summary, out_dir)
         if cfg.objective:  # what an optimising sweeper (Optuna) maximises
             return summary["metrics"][summary["system"]][cfg.objective]

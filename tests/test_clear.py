@@ -1,7 +1,6 @@
 import pytest
 import torch
 
-from retrieval_zoo.index.base import fused_parts
 from retrieval_zoo.index.hybrid import HybridRetriever, Union
 from retrieval_zoo.methods.clear import CLEAR
 from retrieval_zoo.training.datamodule import TrainBatch
@@ -102,8 +101,8 @@ def test_a_side_alone_reuses_the_fused_search() -> None:
 
     retriever = HybridRetriever(FakeBM25(), CountingDense(), weight=0.5, depth=2)
     retriever.search({"q": "text"}, k=3)
-    assert fused_parts(retriever) == ("lexical", "semantic")
-    assert {part: retriever.side(part, {"q": "text"}, 1) for part in fused_parts(retriever)} == {
+    assert retriever.fused_parts == ("lexical", "semantic")
+    assert {part: retriever.side(part, {"q": "text"}, 1) for part in retriever.fused_parts} == {
         "lexical": {"q": {"a": 10.0}},
         "semantic": {"q": {"c": 3.0}},
     }
@@ -132,7 +131,7 @@ def test_tune_picks_the_best_lambda_on_held_out_queries() -> None:
 def test_tuning_averages_over_the_held_out_queries_only(tiny, tiny_bm25, tmp_path) -> None:
     import json
 
-    from retrieval_zoo.pipeline import evaluate_method
+    from retrieval_zoo.evaluation_run import evaluate_method
 
     model = CLEAR(clear_encoder()).eval()
     index = Union(weighted="lexical", weight_grid=(0.9,), tune_measure="MRR@10", depth=50)

@@ -4,7 +4,6 @@ import pytest
 import torch
 
 from retrieval_zoo.evaluation import evaluate
-from retrieval_zoo.index.base import fused_parts
 from retrieval_zoo.index.terms import Gip
 from retrieval_zoo.lexical.sparse_rows import SparseRows
 from retrieval_zoo.methods.dense import DenseBiEncoder
@@ -63,7 +62,7 @@ def test_bm25_plus_dense_dhr_adds_the_two_parts(tiny, tiny_bm25) -> None:
     dense = DenseBiEncoder(tiny_encoder(doc_max_length=32))
     model = DhrFusion(lexical="bm25", dense=dense).eval()
     retriever = Gip(slices=128, first_stage=None, weight=4.0).build(model, tiny, tiny_bm25)
-    assert fused_parts(retriever) == ("lexical", "semantic")
+    assert retriever.fused_parts == ("lexical", "semantic")
     queries = dict(list(tiny.judged_queries("dev").items())[:5])
     fused, lexical, semantic = (retriever.search(queries, 400, part=p) for p in (None, "lexical", "semantic"))
     reweighted = retriever.search(queries, 400, weight=8.0)  # λ at query time: the [CLS] part counts twice as much
@@ -92,7 +91,7 @@ def test_splade_dlr_runs_on_the_backbone_mlm(tiny, tiny_bm25) -> None:
         lexical="splade", encoder=tiny_encoder(mlm_head=True, query_max_length=16, doc_max_length=16)
     ).eval()
     retriever = Gip(slices=128).build(model, tiny, tiny_bm25)
-    assert retriever.slicing.discard == 570 and fused_parts(retriever) is None  # BERT's unused ids; no [CLS] part
+    assert retriever.slicing.discard == 570 and retriever.fused_parts == ()  # BERT's unused ids; no [CLS] part
     run = retriever.search(dict(list(tiny.judged_queries("dev").items())[:3]), 5)
     assert len(run) == 3 and all(len(docs) == 5 for docs in run.values())
     with pytest.raises(ValueError, match="lexical must be"):
@@ -104,7 +103,7 @@ def test_splade_dlr_runs_on_the_backbone_mlm(tiny, tiny_bm25) -> None:
 def test_evaluation_explains_what_the_dlr_matched(tiny, tiny_bm25, tmp_path) -> None:
     import json
 
-    from retrieval_zoo.pipeline import evaluate_method
+    from retrieval_zoo.evaluation_run import evaluate_method
 
     model, index = DhrFusion(lexical="bm25").eval(), Gip(slices=256, first_stage=None)
     summary = evaluate_method(model, index, tiny, tiny_bm25, "dev", 20, tmp_path, "dlr_bm25", explain=2)
@@ -124,7 +123,7 @@ def test_evaluation_explains_what_the_dlr_matched(tiny, tiny_bm25, tmp_path) -> 
 
 def test_evaluation_runs_an_untrained_fusion_in_eval_mode(tiny, tiny_bm25, tmp_path) -> None:
     """``dhr_bm25_dense`` is not trained, so nothing else switches its dense part's dropout off before retrieval."""
-    from retrieval_zoo.pipeline import evaluate_method
+    from retrieval_zoo.evaluation_run import evaluate_method
 
     model = DhrFusion(lexical="bm25", dense=DenseBiEncoder(tiny_encoder(doc_max_length=16)))
     assert model.dense.training  # as Hydra instantiates it

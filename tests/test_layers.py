@@ -28,12 +28,12 @@ LAYERS = [  # lowest first; a module may import from its own layer and the ones 
             "encoder",
             "hub_modules",
             "bounds",
-            "retriever",
         },
     ),
     ("run loading", {"trained", "teachers"}),  # a trained run read back, as a model or a distillation teacher
     ("collections", {"data"}),  # collection and run files: reading, writing, checking
     ("measures", {"evaluation", "validation_metrics", "complementarity", "compare"}),
+    ("retrieval contract", {"retriever"}),  # what evaluation may ask of any retriever
     ("lexical", {"lexical"}),  # Lucene BM25, term vectors, CSFs
     ("training data", {"training"}),  # the DataModule, negatives, lookups
     ("indexes", {"index"}),
@@ -53,6 +53,7 @@ LAYERS = [  # lowest first; a module may import from its own layer and the ones 
             "exported",
             "ecosystem",
             "run_output",
+            "evaluation_run",
         },
     ),
 ]

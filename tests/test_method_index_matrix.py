@@ -22,7 +22,7 @@ from hydra.utils import get_class, instantiate
 from omegaconf import OmegaConf
 
 from benchmarks.common import small_bags
-from retrieval_zoo.index.base import compatible, fused_parts
+from retrieval_zoo.index.base import compatible
 from retrieval_zoo.index.bmp import BmpRetriever
 from retrieval_zoo.index.dhr import DhrRetriever
 from retrieval_zoo.index.impact import ImpactRetriever, quantize
@@ -189,7 +189,7 @@ def test_method_index(method_name: str, index_name: str, tiny, tiny_bm25, pool) 
     engine = isinstance(retriever, ImpactRetriever)  # it returns only documents its quantized impacts match
     assert all(0 < len(docs) <= K or engine and not docs for docs in run.values()) and any(run.values())
     expected = brute_force(model, index, retriever, tiny, tiny_bm25, queries, corpus)
-    parts = fused_parts(retriever)
+    parts = retriever.fused_parts
     if parts and hasattr(retriever, "bm25"):  # a union: BM25's and the vectors' candidates, each scored by both
         lexical, semantic = retriever.runs(queries)
         assert_same_run(semantic, top(expected, retriever.depth), 1e-3)  # the vectors' side is brute force

@@ -173,13 +173,13 @@ def test_evaluation_encodes_corpus_and_queries_from_token_caches(tiny, tiny_bm25
     Query batches are ordered by the queries' length in tokens, so each batch's lengths fall from its first query
     to its last (ordered by characters, they do not on these queries).
     """
+    from retrieval_zoo.evaluation_run import evaluate_method
     from retrieval_zoo.index.csf import InvertedLists
     from retrieval_zoo.index.dense import Faiss
     from retrieval_zoo.index.terms import Gip
     from retrieval_zoo.methods.csurf import CSurF
     from retrieval_zoo.methods.dense import DenseBiEncoder
     from retrieval_zoo.methods.dhr_fusion import DhrFusion
-    from retrieval_zoo.pipeline import evaluate_method
     from tests.conftest import tiny_encoder
 
     if method == "dense":

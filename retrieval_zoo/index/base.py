@@ -16,25 +16,18 @@ with :func:`retrieval_zoo.evaluation.tune_weight`, one function for every fused 
 
 from __future__ import annotations
 
-from typing import Any, ClassVar, Protocol
+from typing import Any, ClassVar
 
 from retrieval_zoo.bounds import require_choice
 from retrieval_zoo.data.collections import Collection
 from retrieval_zoo.data.corpus_store import corpus_ids
-from retrieval_zoo.data.formats import Qrels, Run
+from retrieval_zoo.data.formats import Qrels
 from retrieval_zoo.evaluation import Measure, tune_weight
 from retrieval_zoo.index.shards import CorpusShards, Payload, ShardEncoder
 from retrieval_zoo.lexical.bm25 import BM25
+from retrieval_zoo.retriever import Retriever
 
 REPRESENTATIONS = ("bm25", "vectors", "term_weights", "csf_bags", "lexical_semantic")
-
-
-class Retriever(Protocol):
-    """Anything that retrieves a run for queries over an indexed corpus."""
-
-    def search(self, queries: dict[str, str], k: int) -> Run:
-        """Top ``k`` documents per query."""
-        ...
 
 
 class Index:
@@ -105,15 +98,10 @@ class Index:
 
     def tune(self, retriever: Retriever, queries: dict[str, str], qrels: Qrels) -> dict:
         """Grid-search the retriever's fusion weight on held-out queries and set it; {} when there is none."""
-        if not self.weight_grid or getattr(retriever, "weight_name", None) is None:
+        if not self.weight_grid or retriever.weight_name is None:
             return {}
-        depth = getattr(retriever, "depth", 1000)
-        return tune_weight(retriever, queries, qrels, self.weight_grid, self.tune_measure, retriever.weight_name, depth)
-
-
-def fused_parts(retriever: Retriever) -> tuple[str, str] | None:
-    """The (lexical, semantic) parts a fusing retriever can search alone (``retriever.side``); None for one part."""
-    return tuple(retriever.parts) if getattr(retriever, "weight_name", None) else None
+        return tune_weight(retriever, queries, qrels, self.weight_grid, self.tune_measure, retriever.weight_name,
+                           retriever.depth)  # fmt: skip
 
 
 def compatible(method_class: type, index_class: type) -> bool:

@@ -21,11 +21,12 @@ from retrieval_zoo.index.base import Index
 from retrieval_zoo.index.dense import Faiss, FaissIndex, vectors_payload
 from retrieval_zoo.index.shards import CorpusShards, Payload, docids_digest
 from retrieval_zoo.lexical.bm25 import BM25
+from retrieval_zoo.retriever import Retriever
 
 QueryEncoder = Callable[[dict[str, str]], tuple[np.ndarray, np.ndarray]]
 
 
-class ConcatenatedRetriever:
+class ConcatenatedRetriever(Retriever):
     """Search by ``a + weight·b`` over documents stored as [a ; b].
 
     Args:

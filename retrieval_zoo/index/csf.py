@@ -49,9 +49,10 @@ from retrieval_zoo.index.process_shards import (
 from retrieval_zoo.index.shards import CorpusShards, Payload
 from retrieval_zoo.lexical.bm25 import BM25
 from retrieval_zoo.lexical.csf import PAIR_CHUNK, CsfBags, Postings, max_sum_scores
+from retrieval_zoo.retriever import Retriever
 
 
-class CsfRetriever:
+class CsfRetriever(Retriever):
     """CSurF's inverted index over a corpus: inverted lists per shard, whose top k are merged.
 
     Under a process group of D ranks (evaluation under ``trainer=ddp``) each rank holds the lists of its own shards

@@ -21,6 +21,7 @@ from retrieval_zoo.id_index import IdIndex
 from retrieval_zoo.index.base import Index
 from retrieval_zoo.index.shards import CorpusShards, Payload
 from retrieval_zoo.lexical.bm25 import BM25
+from retrieval_zoo.retriever import Retriever
 
 VectorShard = tuple[list[str], np.ndarray]
 
@@ -155,7 +156,7 @@ class FaissIndex:
             return part.reconstruct_batch(rows)
 
 
-class DenseRetriever:
+class DenseRetriever(Retriever):
     """A corpus's encoded ``vectors`` shards in a :class:`FaissIndex`; searches with ``encode_query``.
 
     Args:

@@ -20,6 +20,7 @@ from retrieval_zoo.data.formats import Run
 from retrieval_zoo.index.dlr import Slicing, densify, explain, hybrid
 from retrieval_zoo.index.gip import GipIndex
 from retrieval_zoo.index.shards import CorpusShards, Payload, merge_topk
+from retrieval_zoo.retriever import Retriever
 from retrieval_zoo.term_matrix import row_range
 
 PartEncoder = Callable[[list[str]], tuple[torch.Tensor, torch.Tensor | None]]
@@ -82,7 +83,7 @@ def represent(
     return values, indices, cls_dims
 
 
-class PartSearch:
+class PartSearch(Retriever):
     """A lexical part and an optional [CLS] part, each searchable alone: shared by the DLR/DHR and exact retrievers.
 
     Subclasses implement ``search(queries, k, part=None, weight=None)``.

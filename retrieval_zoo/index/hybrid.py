@@ -14,6 +14,7 @@ from retrieval_zoo.index.dense import DenseRetriever, Faiss
 from retrieval_zoo.index.fusion import complete, interpolate, union_gaps
 from retrieval_zoo.index.shards import CorpusShards, Payload
 from retrieval_zoo.lexical.bm25 import BM25
+from retrieval_zoo.retriever import Retriever
 
 Part = Literal["lexical", "semantic"]
 PARTS = typing.get_args(Part)
@@ -21,7 +22,7 @@ UnionScores = Literal["exact", "floor"]
 UNION_SCORES = typing.get_args(UnionScores)
 
 
-class HybridRetriever:
+class HybridRetriever(Retriever):
     """BM25 top ``depth`` ∪ dense top ``depth``, ranked by a weighted sum in which one part carries ``weight``.
 
     CLEAR weights BM25 (λ_test·BM25 + s_emb, CLEAR Eq. 8); RoC's naive-sum baseline weights the semantic part

@@ -29,13 +29,14 @@ from retrieval_zoo.data.ranked_rows import read_ranked_rows
 from retrieval_zoo.id_index import IdIndex
 from retrieval_zoo.lexical import lucene_ops
 from retrieval_zoo.lexical.java import LuceneWorker, indexing_options
+from retrieval_zoo.retriever import Retriever
 
 INDEX_FORMAT = "lucene-json-docvectors-v1"
 SEARCH_HITS = 2_000_000
 """Hits of one SearchCollection call: it holds them all in the JVM's heap until it writes the run."""
 
 
-class BM25:
+class BM25(Retriever):
     """BM25 over one collection's corpus, with Lucene's analyzer (Porter stemming, English stopwords).
 
     Args:

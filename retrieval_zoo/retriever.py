@@ -1,0 +1,63 @@
+"""What the pipeline may ask of a retriever: the one interface between an index's search and evaluation.
+
+An index builds a :class:`Retriever` (BM25 is one too). ``search`` is all a retriever must do; everything else the
+pipeline reads has a default meaning "not this kind", which a retriever that is that kind overrides:
+
+- a fusion of two parts names them and the attribute its weight lives in (``parts``, ``weight_name``), searches
+  each part alone (:meth:`Retriever.side`) and takes the candidates of its parts from ``depth``;
+- an index that measures itself reports its size (``nbytes``), its lexical entries per document
+  (``lexical_nonzero``) and its efficiency figures (:meth:`Retriever.efficiency`);
+- one that can say why a document matched explains it (:meth:`Retriever.explain`);
+- one whose parts live in other processes lets them go (:meth:`Retriever.release`).
+
+The pipeline calls these unconditionally: nothing across this boundary is probed with ``hasattr``.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+
+from retrieval_zoo.data.formats import Run
+
+
+class Retriever(ABC):
+    """Search over an indexed corpus, and what evaluation reports about it (module docstring).
+
+    Attributes:
+        parts: The (lexical, semantic) parts of a fusion, each searchable alone; empty for one part.
+        weight_name: The attribute that holds the fusion weight, which tuning sets; None without one.
+        depth: Candidates a fusion takes from each part (tuning searches this deep).
+        nbytes: Bytes the index holds; None where it does not measure itself.
+        lexical_nonzero: Lexical entries (open DLR slices, sparse terms, CSFs) per document; None where there are
+            none.
+    """
+
+    parts: tuple[str, ...] = ()
+    weight_name: str | None = None
+    depth: int = 1000
+    nbytes: int | None = None
+    lexical_nonzero: float | None = None
+
+    @abstractmethod
+    def search(self, queries: dict[str, str], k: int) -> Run:
+        """The top ``k`` documents of each query: qid → {docid: score}."""
+
+    def side(self, part: str, queries: dict[str, str], k: int) -> Run:
+        """The top ``k`` of one part of a fusion alone (evaluation's component runs)."""
+        raise ValueError(f"{type(self).__name__} is not a fusion: it has no part {part!r}")
+
+    @property
+    def fused_parts(self) -> tuple[str, ...]:
+        """The parts evaluation searches alone: those of a fusion with a weight, else none."""
+        return tuple(self.parts) if self.weight_name else ()
+
+    def efficiency(self) -> dict[str, float] | None:
+        """Efficiency figures (CSurF's §5.2: |C^q|, |C^d|, E_OPS, latency); None where none are measured."""
+        return None
+
+    def explain(self, queries: dict[str, str], run: Run) -> list[dict] | None:
+        """Why the top documents of ``run`` matched each of ``queries``; None where the retriever cannot say."""
+        return None
+
+    def release(self) -> None:  # noqa: B027 (a default that does nothing, not a method left to implement)
+        """Let go of the processes that serve parts of the index (none by default)."""
