@@ -98,7 +98,7 @@ def what_to_export(cfg: DictConfig) -> tuple[DictConfig, torch.nn.Module, dict, 
         return run, load_trained(run_dir, run).eval(), results, str(run_dir.resolve())
     check_config(cfg)
     model = instantiate(cfg.method)
-    if getattr(model, "trainable", True) or not encoder_modules(model):
+    if model.trainable or not encoder_modules(model):
         raise ValueError(f"method={cfg.method_name} has {'weights to train' if model.trainable else 'no encoder'}: "
                          "export a train.py run with run_dir=<run>, or an untrained method with an encoder "
                          "(method=dlr_splade)")  # fmt: skip

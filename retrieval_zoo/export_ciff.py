@@ -36,6 +36,7 @@ from retrieval_zoo.index.ciff import spill, term_lists, write_ciff
 from retrieval_zoo.index.impact import quantize, scan
 from retrieval_zoo.index.shards import CorpusShards
 from retrieval_zoo.index.terms import Sparse, TermEncoder
+from retrieval_zoo.methods.base import RetrievalMethod
 from retrieval_zoo.pipeline import build_collection_and_bm25, encode_for_index
 from retrieval_zoo.term_matrix import columns_from, each_row
 from retrieval_zoo.trained import load_trained, trained_config
@@ -58,11 +59,11 @@ def query_vectors(encoder: TermEncoder, queries: dict[str, str], levels: int) ->
     return vectors
 
 
-def export(cfg: DictConfig, model: torch.nn.Module, out: Path) -> dict:
+def export(cfg: DictConfig, model: RetrievalMethod, out: Path) -> dict:
     """Encode the corpus as ``index=sparse`` does, and write the CIFF file, the queries and ``export.json``."""
-    if "term_weights" not in getattr(model, "representations", ()):
+    if "term_weights" not in model.representations:
         raise ValueError(f"method={cfg.method_name} has no term weights to export (representations: "
-                         f"{', '.join(getattr(model, 'representations', ()))}); CIFF holds term weights")  # fmt: skip
+                         f"{', '.join(model.representations)}); CIFF holds term weights")  # fmt: skip
     index, (collection, bm25) = Sparse(), build_collection_and_bm25(cfg)
     make_trainer = partial(instantiate(cfg.trainer, _partial_=True), default_root_dir=str(out))
     shards, _ = encode_for_index(model, index, collection, bm25, make_trainer, cfg.encode)

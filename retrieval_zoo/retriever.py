@@ -1,4 +1,7 @@
-"""What the pipeline may ask of a retriever: the one interface between an index's search and evaluation.
+"""The contracts across the method | index | evaluation boundaries.
+
+What an index reads of any method is :class:`Represented`; what evaluation may ask of the retriever an index builds
+is :class:`Retriever`.
 
 An index builds a :class:`Retriever` (BM25 is one too). ``search`` is all a retriever must do; everything else the
 pipeline reads has a default meaning "not this kind", which a retriever that is that kind overrides:
@@ -16,8 +19,24 @@ The pipeline calls these unconditionally: nothing across this boundary is probed
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from typing import ClassVar, Protocol
 
 from retrieval_zoo.data.formats import Run
+
+REPRESENTATIONS = ("bm25", "vectors", "term_weights", "csf_bags", "lexical_semantic")  # each: index/base.py
+
+
+class Represented(Protocol):
+    """What an index reads of any method, whatever its class: every ``RetrievalMethod`` declares it.
+
+    Attributes:
+        representations: What the method produces for an index to search (of :data:`REPRESENTATIONS`), its own first.
+        trainable: False for a method without parameters (BM25, off-the-shelf term vectors): nothing is trained or
+            encoded ahead.
+    """
+
+    representations: ClassVar[tuple[str, ...]]
+    trainable: ClassVar[bool]
 
 
 class Retriever(ABC):

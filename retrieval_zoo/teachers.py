@@ -45,7 +45,7 @@ class TrainedBiEncoder:
     def __init__(self, run_dir: str) -> None:
         self.run_dir = Path(run_dir)
         config = trained_config(self.run_dir)
-        if "vectors" not in getattr(_method_class(config), "representations", ()):
+        if "vectors" not in _method_class(config).representations:
             raise ValueError(f"{self.run_dir}: method={config.get('method_name')} produces no vectors to score with")
         self.model = load_trained(self.run_dir, config).eval().requires_grad_(False)
 

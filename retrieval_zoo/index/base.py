@@ -25,9 +25,7 @@ from retrieval_zoo.data.formats import Qrels
 from retrieval_zoo.evaluation import Measure, tune_weight
 from retrieval_zoo.index.shards import CorpusShards, Payload, ShardEncoder
 from retrieval_zoo.lexical.bm25 import BM25
-from retrieval_zoo.retriever import Retriever
-
-REPRESENTATIONS = ("bm25", "vectors", "term_weights", "csf_bags", "lexical_semantic")
+from retrieval_zoo.retriever import Represented, Retriever
 
 
 class Index:
@@ -46,22 +44,22 @@ class Index:
         require_choice("tune_measure", tune_measure, Measure)
         self.weight_grid, self.tune_measure = tuple(float(v) for v in weight_grid), tune_measure
 
-    def representation(self, method: Any) -> str:
+    def representation(self, method: Represented) -> str:
         """The representation of ``method`` this index searches: the first it accepts among the method's."""
-        for name in getattr(method, "representations", ()):
+        for name in method.representations:
             if name in self.accepts:
                 return name
         raise ValueError(
             f"{type(self).__name__} accepts {', '.join(self.accepts)}; {type(method).__name__} produces "
-            f"{', '.join(getattr(method, 'representations', ())) or 'nothing'}"
+            f"{', '.join(method.representations) or 'nothing'}"
         )
 
-    def encodes_corpus(self, method: Any) -> bool:
+    def encodes_corpus(self, method: Represented) -> bool:
         """Whether the corpus is encoded ahead (Lightning predict, cached shards) rather than on demand, by shard.
 
         Trained models are; off-the-shelf ones (BM25 DLRs, SPLADE before training) are encoded on demand.
         """
-        return bool(getattr(method, "trainable", False))
+        return method.trainable
 
     def corpus_payload(self, method: Any, texts: list[str]) -> Payload:
         """What this index needs of these documents, as named row-aligned tensors (one shard of the corpus)."""
@@ -104,13 +102,13 @@ class Index:
                            retriever.depth)  # fmt: skip
 
 
-def compatible(method_class: type, index_class: type) -> bool:
+def compatible(method_class: type[Represented], index_class: type[Index]) -> bool:
     """Whether an index of ``index_class`` accepts a representation that ``method_class`` produces."""
-    return bool(set(getattr(method_class, "representations", ())) & set(index_class.accepts))
+    return bool(set(method_class.representations) & set(index_class.accepts))
 
 
-def check_pair(method_name: str, method_class: type, index_name: str, index_class: type,
-               indexes: dict[str, type]) -> None:  # fmt: skip
+def check_pair(method_name: str, method_class: type[Represented], index_name: str, index_class: type[Index],
+               indexes: dict[str, type[Index]]) -> None:  # fmt: skip
     """Raise, naming both and the compatible choices, when the index cannot search the method's representations.
 
     Args:
@@ -123,7 +121,7 @@ def check_pair(method_name: str, method_class: type, index_name: str, index_clas
     if compatible(method_class, index_class):
         return
     choices = sorted(name for name, cls in indexes.items() if compatible(method_class, cls))
-    produces = ", ".join(getattr(method_class, "representations", ())) or "nothing"
+    produces = ", ".join(method_class.representations) or "nothing"
     raise ValueError(
         f"index={index_name} cannot search method={method_name}: the index accepts {', '.join(index_class.accepts)}, "
         f"the method produces {produces}; indexes for method={method_name}: {', '.join(choices) or 'none'}"
