@@ -54,6 +54,7 @@ LAYERS = [  # lowest first; a module may import from its own layer and the ones 
             "ecosystem",
             "run_output",
             "evaluation_run",
+            "evaluation_config",
         },
     ),
 ]

@@ -6,8 +6,8 @@ from pathlib import Path
 import pytest
 from omegaconf import OmegaConf
 
-from evaluate import reuse_tuned_weight
 from retrieval_zoo.data.collections import Collection
+from retrieval_zoo.evaluation_config import reuse_tuned_weight
 from retrieval_zoo.evaluation_run import evaluate_method
 
 
