@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import json
+import math
 import os
 from pathlib import Path
 
 import pytest
+import torch
 
 from retrieval_zoo.backbones import TinyRandomBackbone
 from retrieval_zoo.data.collections import Collection, embedded, msmarco_tsv
@@ -110,3 +112,12 @@ def tiny_encoder(**kwargs: object) -> Encoder:
 def clear_encoder() -> Encoder:
     """CLEAR's encoder: mean pooling, <QRY> / <DOC> markers."""
     return tiny_encoder(markers=CLEAR_MARKERS)
+
+
+def float32_rounding(terms: int) -> float:
+    """How far reordering a float32 sum of ``terms`` terms may move it, relative to their magnitude: 16·√n·eps.
+
+    Two correct computations of one value (another reduction order, another CPU's kernels, two ranks) differ by
+    about √n·eps of the terms' magnitude; a comparison's tolerance follows from this, never from one machine's luck.
+    """
+    return 16 * math.sqrt(terms) * torch.finfo(torch.float32).eps

@@ -4,7 +4,6 @@ per-query hinge and KD averaged over ranks), and differ from it without gatherin
 
 from __future__ import annotations
 
-import math
 import os
 import socket
 from pathlib import Path
@@ -20,7 +19,7 @@ from retrieval_zoo.methods.delade import DeLADE
 from retrieval_zoo.methods.dense import DenseBiEncoder
 from retrieval_zoo.methods.roc import RoC
 from retrieval_zoo.training.datamodule import TrainBatch
-from tests.conftest import CLEAR_MARKERS, tiny_encoder
+from tests.conftest import CLEAR_MARKERS, float32_rounding, tiny_encoder
 
 METHODS = ("dense", "clear", "roc", "delade_cls_kd", "csurf_kd", "dense_local")
 WORLD = 2
@@ -119,7 +118,7 @@ def test_two_gloo_ranks_give_the_single_process_losses_and_gradients(tmp_path: P
         # (|V| = 30,522: DeLADE's softmax, Eq. 23), so the bound is 16·√|V|·eps relative to the gradient's largest
         # element (each element) and to its norm (the whole vector). An absolute 1e-6 was one CPU's luck: it failed
         # by 1.43e-6 on an Intel Xeon (delade_cls_kd, 1 of 65,539 elements).
-        rounding = 16 * math.sqrt(30522) * torch.finfo(torch.float32).eps
+        rounding = float32_rounding(30522)
         atol = rounding * float(grads.abs().max())
         torch.testing.assert_close(ranks_grads, grads, rtol=1e-4, atol=atol, msg=name)
         assert float((ranks_grads - grads).norm()) <= rounding * float(grads.norm()), name

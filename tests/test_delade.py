@@ -6,7 +6,7 @@ from retrieval_zoo.index.terms import Gip
 from retrieval_zoo.lexical.delade import _WeightedSoftmaxMax, delade_vectors, delade_vectors_naive, rows_per_chunk
 from retrieval_zoo.losses import kl_distillation
 from retrieval_zoo.methods.delade import DeLADE
-from tests.conftest import tiny_encoder
+from tests.conftest import float32_rounding, tiny_encoder
 from tests.conftest import two_query_batch as batch
 
 
@@ -35,8 +35,9 @@ def test_fast_delade_vectors_equal_the_literal_formula(bias: float) -> None:
     upstream = torch.randn(3, 50)  # a non-uniform incoming gradient
     fast_grads = torch.autograd.grad((fast * upstream).sum(), (logits, hidden))
     naive_grads = torch.autograd.grad((naive * upstream).sum(), (logits, hidden))
-    for fast_grad, naive_grad in zip(fast_grads, naive_grads, strict=True):
-        assert torch.allclose(fast_grad, naive_grad, rtol=1e-4, atol=1e-6)
+    for fast_grad, naive_grad in zip(fast_grads, naive_grads, strict=True):  # sums over the 50 ids, reordered
+        atol = float32_rounding(50) * float(naive_grad.abs().max())
+        assert torch.allclose(fast_grad, naive_grad, rtol=1e-4, atol=atol)
 
 
 def running_max_reference(z: torch.Tensor, weights: torch.Tensor, real: torch.Tensor) -> tuple:
