@@ -5,7 +5,6 @@ Each method sums the named losses it needs; the base module logs each as ``train
 
 from __future__ import annotations
 
-import typing
 from typing import Literal
 
 import torch
@@ -82,7 +81,6 @@ def contrastive_nll(
 
 
 MarginNormalization = Literal["none", "pair_max"]
-MARGIN_NORMALIZATIONS = typing.get_args(MarginNormalization)
 
 
 def check_margin_normalization(normalization: str) -> str:
@@ -156,7 +154,6 @@ def orthogonality(
 
 
 KlDirection = Literal["teacher_student", "student_teacher"]
-KL_DIRECTIONS = typing.get_args(KlDirection)
 
 
 def kl_distillation(

@@ -16,7 +16,6 @@ file system), every rank builds the index from all the shards, and the folder is
 from __future__ import annotations
 
 import shutil
-import typing
 from pathlib import Path
 from typing import Literal
 
@@ -34,7 +33,6 @@ from retrieval_zoo.training.validation_pool import candidate_pool
 from retrieval_zoo.validation_metrics import RankingMetrics
 
 Corpus = Literal["full", "pool"]
-CORPORA = typing.get_args(Corpus)
 
 
 class RetrievalValidation(L.Callback):

@@ -9,7 +9,6 @@ indices agree (Eq. 10–12). A DHR appends √λ·[CLS] to the values with an al
 from __future__ import annotations
 
 import math
-import typing
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Literal
@@ -21,7 +20,6 @@ from retrieval_zoo.bounds import require_choice
 from retrieval_zoo.term_matrix import dense_rows, entry_rows, is_csr, parts
 
 SlicingStrategy = Literal["contiguous", "stride", "random"]
-SLICINGS = typing.get_args(SlicingStrategy)
 
 
 @dataclass(frozen=True)
@@ -38,7 +36,7 @@ class Slicing:
         vocab_size: |V| of the lexical vectors.
         slices: M, the DLR's dimension (768, 256 or 128 in the paper).
         discard: Leading vocabulary ids that are dropped.
-        strategy: One of :data:`SLICINGS`.
+        strategy: One of :data:`SlicingStrategy`.
         seed: Seed of the ``random`` permutation.
     """
 

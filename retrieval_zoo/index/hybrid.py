@@ -19,7 +19,6 @@ from retrieval_zoo.retriever import Retriever
 Part = Literal["lexical", "semantic"]
 PARTS = typing.get_args(Part)
 UnionScores = Literal["exact", "floor"]
-UNION_SCORES = typing.get_args(UnionScores)
 
 
 class HybridRetriever(Retriever):

@@ -16,7 +16,6 @@ Training scores a batch through the same function over the batch's documents, an
 from __future__ import annotations
 
 import functools
-import typing
 from collections.abc import Callable
 from dataclasses import dataclass, fields
 from typing import Literal
@@ -29,7 +28,6 @@ from retrieval_zoo.rows import take_rows
 from retrieval_zoo.term_matrix import csr, offsets_of
 
 Bags = Literal["both", "original", "expansion"]
-BAGS = typing.get_args(Bags)
 
 
 @dataclass

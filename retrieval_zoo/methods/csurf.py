@@ -17,7 +17,6 @@ its weights alone, not the model.
 
 from __future__ import annotations
 
-import typing
 from typing import ClassVar, Literal
 
 import torch
@@ -45,7 +44,6 @@ from retrieval_zoo.tokens import Tokens
 from retrieval_zoo.training.datamodule import TrainBatch
 
 Similarity = Literal["cosine", "dot"]
-SIMILARITIES = typing.get_args(Similarity)
 
 
 class CSurF(RetrievalMethod):

@@ -10,7 +10,6 @@ embedded SPLADE-tiny's. Nothing is trained. The method produces ``term_weights``
 
 from __future__ import annotations
 
-import typing
 from typing import ClassVar, Literal
 
 import torch
@@ -31,7 +30,6 @@ from retrieval_zoo.term_matrix import to_csr
 from retrieval_zoo.tokens import TokenizedBatch, Tokens
 
 LexicalSide = Literal["bm25", "splade"]
-LEXICAL = typing.get_args(LexicalSide)
 
 
 def bag_rows(bags: list[dict[str, float]], vocabulary: dict[str, int]) -> torch.Tensor:

@@ -18,7 +18,6 @@ baselines do (Tables 3–4), and ``index=faiss`` searches the [CLS] part alone.
 
 from __future__ import annotations
 
-import typing
 from collections.abc import Callable
 from typing import ClassVar, Literal
 
@@ -36,7 +35,6 @@ from retrieval_zoo.methods.masking import mask_exact_matches
 from retrieval_zoo.training.datamodule import TrainBatch
 
 LexicalScale = Literal["paper", "lucene"]
-LEXICAL_SCALES = typing.get_args(LexicalScale)
 
 
 class RoC(DenseBiEncoder):
