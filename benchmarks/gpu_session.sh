@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # One lent GPU machine's measurements (../shared/GPU.md), run from the repository root there:
-#   bash benchmarks/gpu_session.sh STAGE...      STAGE: check, bf16, e2e, compiled, syncs, recheck, csurf_precision
+#   bash benchmarks/gpu_session.sh STAGE...   STAGE: check, bf16, e2e, compiled, syncs, recheck, csurf_precision, recipes
 # Needs .gpu/ prepared on a machine with the package index and Java (benchmarks/gpu_prepare.sh). Each stage writes
 # its log under $OUT (or /tmp/gpu_out) as it runs, so a command stopped at its limit still returns what it measured.
 set -uo pipefail
@@ -22,7 +22,11 @@ for stage in "$@"; do
       python3 -c "import torch, transformers, lightning; print('torch', torch.__version__, 'transformers',
         transformers.__version__, 'lightning', lightning.__version__, torch.cuda.get_device_name())"
       cat .gpu/commit
-      python3 -c "import retrieval_zoo.pipeline" && python3 train.py --cfg job >/dev/null && echo compose ok ;;
+      python3 -c "import retrieval_zoo.pipeline" && python3 train.py --cfg job >/dev/null && echo compose ok
+      # what faiss-gpu-cu12 (the gpu extra) would load: CUDA 12's cuBLAS and runtime, beside torch's own CUDA libraries
+      echo "CUDA 12 libraries: $( (ldconfig -p; find /usr /opt /lib /lib64 -xdev \( -name 'libcublas.so.12*' -o -name 'libcudart.so.12*' \) \
+        2>/dev/null) | grep -oE 'libcu(blas|dart)\.so\.12[^ ]*' | sort -u | tr '\n' ' ')"
+      python3 -c "import os, nvidia; print('torch CUDA wheels:', sorted(os.listdir(nvidia.__path__[0])))" ;;
     bf16)
       "${throughput[@]}" --methods "${BF16_METHODS:-dense,clear,roc,delade_cls,csurf,dlr_splade,dhr_bm25_dense}" 2>&1 | tee "$out/bf16.log" | tr '\r' '\n' | grep -E "$table" ;;
     e2e)
@@ -54,6 +58,9 @@ for stage in "$@"; do
         grep -iE "mrr|C\^d|E_OPS|csf" "$out/csurf_$precision.log" | tail -8
         cp /tmp/runs/csurf_$precision/results.json "$out/csurf_$precision.json" 2>/dev/null
       done ;;
+    recipes)  # issue 47: each *_msmarco recipe's step and encoding rate, hence its hours
+      python3 -m benchmarks.recipe_rates --device cuda --precision bf16 --bm25 replay=.gpu/bm25.pkl.gz 2>&1 \
+        | tee "$out/recipes.log" | tr '\r' '\n' | grep -E "$table" ;;
     *) echo "unknown stage $stage"; exit 2 ;;
   esac
 done

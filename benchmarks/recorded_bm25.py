@@ -3,8 +3,9 @@
 pyserini's jar (164 MB) and Java cannot travel to an offline GPU machine that takes 64 MiB a call, yet CLEAR's
 DataModule scores pairs outside the BM25 run, RoC reads BM25's term vectors, and the DHR fusions read query IDF, all
 through the JVM. A benchmark run with ``--bm25 record=FILE`` on the CPU machine stores each such answer, keyed by the
-call and its arguments; the same run with ``--bm25 replay=FILE`` on the GPU machine answers from the file, and a call
-that was not recorded is an error naming it. Runs and the Lucene index come from the cache as they always do.
+call and its arguments, beside those the file already holds; the same run with ``--bm25 replay=FILE`` on the GPU
+machine answers from the file, and a call that was not recorded is an error naming it. Runs and the Lucene index
+come from the cache as they always do.
 """
 
 from __future__ import annotations
@@ -42,9 +43,9 @@ class RecordedBM25(BM25):
         super().__init__(collection)
         self.path, self.mode = Path(path), mode
         self.answers: dict[str, object] = {}
-        if mode == "replay":
-            if not self.path.is_file():
-                raise FileNotFoundError(f"{self.path}: no BM25 record; make one with --bm25 record={self.path}")
+        if mode == "replay" and not self.path.is_file():
+            raise FileNotFoundError(f"{self.path}: no BM25 record; make one with --bm25 record={self.path}")
+        if self.path.is_file():  # recording adds to what an earlier benchmark recorded: one file serves both
             with gzip.open(self.path, "rb") as f:
                 self.answers = pickle.load(f)
 

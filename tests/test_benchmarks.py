@@ -93,3 +93,24 @@ def test_pool_agreement_ranks_epochs_by_hand_and_refuses_runs_that_trained_diffe
     sys.argv = ["pool_agreement", str(tmp_path / "full"), str(tmp_path / "other")]
     with pytest.raises(ValueError, match="did not train the same"):
         pool_agreement.main()
+
+
+def test_recipe_rates_stretches_each_text_with_its_own_tokens_and_composes_every_recipe() -> None:
+    """Texts reach the recipe's max length by repeating their own tokens between [CLS] and [SEP]; each recipe
+    composes with its random stand-in (distilbert's at 6 layers) and without its run files."""
+    import torch
+
+    from benchmarks.recipe_rates import RECIPES, recipe_config, stretched
+    from retrieval_zoo.tokens import Tokens
+
+    tokens = Tokens(
+        torch.tensor([[101, 5, 6, 102, 0], [101, 7, 102, 0, 0]]), torch.tensor([[1, 1, 1, 1, 0], [1, 1, 1, 0, 0]])
+    )
+    out = stretched(tokens, 6)
+    assert out.ids.tolist() == [[101, 5, 6, 5, 6, 102], [101, 7, 7, 7, 7, 102]]
+    assert out.mask.tolist() == [[1] * 6] * 2
+    for recipe in RECIPES:
+        cfg, backbone = recipe_config(recipe)
+        assert cfg.backbone.name == "bert_base_random"
+        assert cfg.backbone.num_layers == (6 if backbone == "distilbert_base_uncased" else 12), recipe
+        assert cfg.data.negatives_run is None and cfg.data.teacher_run is None, recipe
