@@ -52,7 +52,7 @@ def composed(group: str, name: str, *overrides: str, also: tuple[str, ...] = ())
     from hydra import compose, initialize_config_dir
     from hydra.utils import instantiate
 
-    conf = Path(__file__).resolve().parents[1] / "conf"
+    conf = Path(__file__).resolve().parents[1] / "retrieval_zoo" / "conf"
     with initialize_config_dir(config_dir=str(conf), version_base="1.3"):
         cfg = compose("train", [f"{group}={name}", *overrides])
     return tuple(instantiate(cfg[g]) for g in (group, *also)) if also else instantiate(cfg[group])

@@ -45,7 +45,7 @@ def recipe_config(recipe: str, stand_in: str = "bert_base_random") -> tuple[obje
     recipe's size (no download) and no run files; and the name of the backbone it stands for."""
     from hydra import compose, initialize_config_dir
 
-    conf = Path(__file__).resolve().parents[1] / "conf"
+    conf = Path(__file__).resolve().parents[1] / "retrieval_zoo" / "conf"
     with initialize_config_dir(config_dir=str(conf), version_base="1.3"):
         backbone = compose("train", [f"experiment={recipe}"]).backbone.name
         overrides = [f"experiment={recipe}", "dataset=debian_descriptions", f"backbone={stand_in}"]

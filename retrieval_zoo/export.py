@@ -118,7 +118,7 @@ def upload(folder: Path, repo_id: str, api: object | None = None) -> str:
     return str(api.upload_folder(folder_path=str(folder), repo_id=repo_id))
 
 
-@hydra.main(config_path="../conf", config_name="export", version_base="1.3")
+@hydra.main(config_path="pkg://retrieval_zoo.conf", config_name="export", version_base="1.3")
 def main(cfg: DictConfig) -> dict:
     """Export ``run_dir`` (or an untrained ``method``) into ``out`` (module docstring)."""
     out = Path(cfg.out)

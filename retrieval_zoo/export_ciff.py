@@ -92,7 +92,7 @@ def export(cfg: DictConfig, model: RetrievalMethod, out: Path) -> dict:
     return summary
 
 
-@hydra.main(config_path="../conf", config_name="export_ciff", version_base="1.3")
+@hydra.main(config_path="pkg://retrieval_zoo.conf", config_name="export_ciff", version_base="1.3")
 def main(cfg: DictConfig) -> dict:
     """Export ``run_dir``'s best checkpoint (its config, with the command line's ``dataset``), or ``method``."""
     out = Path(cfg.out)

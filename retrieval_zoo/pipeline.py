@@ -22,7 +22,7 @@ from retrieval_zoo.lexical.bm25 import BM25
 from retrieval_zoo.methods.base import RetrievalMethod
 from retrieval_zoo.resume import exit_code_on_sigterm
 
-CONF = Path(__file__).resolve().parent.parent / "conf"
+CONF = Path(__file__).resolve().parent / "conf"  # shipped with the package
 
 
 def identity(cfg: DictConfig) -> dict[str, str]:

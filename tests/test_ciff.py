@@ -157,7 +157,7 @@ def test_export_as_a_user_runs_it_and_bmp_searches_it_exactly(tiny_dir: Path, tm
     export("method=dense", *tiny_dataset(tiny_dir), f"out={tmp_path / 'dense'}", ok=False)
 
 
-@pytest.mark.parametrize("method", sorted(p.stem for p in (REPO / "conf" / "method").glob("*.yaml")))
+@pytest.mark.parametrize("method", sorted(p.stem for p in (REPO / "retrieval_zoo" / "conf" / "method").glob("*.yaml")))
 def test_the_export_config_composes_for_every_method_and_refuses_those_without_term_weights(
     method: str, tmp_path: Path
 ) -> None:
@@ -168,7 +168,7 @@ def test_the_export_config_composes_for_every_method_and_refuses_those_without_t
     from retrieval_zoo.config_check import check_config
     from retrieval_zoo.export_ciff import export
 
-    with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
+    with initialize_config_dir(config_dir=str(REPO / "retrieval_zoo" / "conf"), version_base="1.3"):
         cfg = compose("export_ciff", [f"method={method}", "backbone=tiny_random", f"out={tmp_path}"],
                       return_hydra_config=True)  # fmt: skip
     HydraConfig.instance().set_config(cfg)  # the identity keys read hydra's choices

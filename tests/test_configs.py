@@ -17,7 +17,7 @@ from retrieval_zoo.validation import RetrievalValidation
 from tests.conftest import beir_layout
 from tests.test_teachers import tiny_run
 
-CONF = Path(__file__).resolve().parents[1] / "conf"
+CONF = Path(__file__).resolve().parents[1] / "retrieval_zoo" / "conf"
 
 
 def names(group: str) -> list[str]:

@@ -118,7 +118,7 @@ def test_the_dataset_config_composes_and_a_missing_ir_datasets_names_the_install
 
     from retrieval_zoo.data.irds import import_irds
 
-    conf = Path(__file__).resolve().parents[1] / "conf"
+    conf = Path(__file__).resolve().parents[1] / "retrieval_zoo" / "conf"
     with initialize_config_dir(config_dir=str(conf), version_base="1.3"):
         cfg = compose("train", ["dataset=irds", "dataset.id=msmarco-passage/train/judged"])
     assert cfg.dataset._target_ == "retrieval_zoo.data.irds.irds" and cfg.dataset.eval_id is None

@@ -28,6 +28,7 @@ LAYERS = [  # lowest first; a module may import from its own layer and the ones 
             "encoder",
             "hub_modules",
             "bounds",
+            "conf",  # the configs shipped with the package (no code)
         },
     ),
     ("run loading", {"trained", "teachers"}),  # a trained run read back, as a model or a distillation teacher
@@ -57,6 +58,7 @@ LAYERS = [  # lowest first; a module may import from its own layer and the ones 
             "evaluation_config",
         },
     ),
+    ("command lines", {"cli", "__main__"}),  # train and evaluate, installed or from the checkout
 ]
 
 

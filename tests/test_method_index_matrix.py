@@ -32,7 +32,7 @@ from retrieval_zoo.pipeline import check_method_and_index
 from retrieval_zoo.term_matrix import dense_rows
 from retrieval_zoo.training.validation_pool import candidate_pool
 
-CONF = Path(__file__).resolve().parents[1] / "conf"
+CONF = Path(__file__).resolve().parents[1] / "retrieval_zoo" / "conf"
 METHODS = sorted(p.stem for p in (CONF / "method").glob("*.yaml"))
 INDEXES = sorted(p.stem for p in (CONF / "index").glob("*.yaml"))
 K = 10

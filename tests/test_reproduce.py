@@ -220,7 +220,7 @@ def test_every_registered_command_composes_with_its_script_s_config(tmp_path) ->
     from hydra import compose, initialize_config_dir
 
     runner = Runner(cache_dir=tmp_path, dry_run=True)
-    with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
+    with initialize_config_dir(config_dir=str(REPO / "retrieval_zoo" / "conf"), version_base="1.3"):
         for table in load_registry(REGISTRY).values():
             for job in table.jobs.values():
                 evaluated = tmp_path / "evaluated" if job.of else None

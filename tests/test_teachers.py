@@ -14,7 +14,7 @@ from retrieval_zoo.teachers import CrossEncoder, TrainedBiEncoder
 from retrieval_zoo.training.datamodule import TrainBatch
 from tests.conftest import tiny_encoder
 
-CONF = Path(__file__).resolve().parents[1] / "conf"
+CONF = Path(__file__).resolve().parents[1] / "retrieval_zoo" / "conf"
 
 
 def tiny_run(root: Path, method: str = "dense") -> Path:

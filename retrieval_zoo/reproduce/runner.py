@@ -26,7 +26,7 @@ from retrieval_zoo.reproduce.registry import Job
 
 HERE = Path(__file__).resolve().parent  # this package: it reads numbers, it does not make them
 ROOT = HERE.parents[1]
-CODE = ("retrieval_zoo", "conf", "train.py", "evaluate.py", "constraints.txt")
+CODE = ("retrieval_zoo", "train.py", "evaluate.py", "constraints.txt")  # the configs are in retrieval_zoo/conf
 QUIET = ("logger=csv", "trainer.enable_progress_bar=false")  # the numbers do not depend on either
 
 
