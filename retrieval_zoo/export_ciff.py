@@ -34,8 +34,9 @@ from retrieval_zoo.config_check import check_config
 from retrieval_zoo.data.corpus_store import corpus_ids
 from retrieval_zoo.index.ciff import spill, term_lists, write_ciff
 from retrieval_zoo.index.impact import quantize, scan
+from retrieval_zoo.index.representations import TermEncoder
 from retrieval_zoo.index.shards import CorpusShards
-from retrieval_zoo.index.terms import Sparse, TermEncoder
+from retrieval_zoo.index.terms import Sparse
 from retrieval_zoo.methods.base import RetrievalMethod
 from retrieval_zoo.pipeline import build_collection_and_bm25, encode_for_index
 from retrieval_zoo.term_matrix import columns_from, each_row

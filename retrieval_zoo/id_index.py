@@ -17,7 +17,7 @@ import numpy as np
 DIGEST_CHUNK = 1 << 20  # ids made Python strings at a time (iteration, IdIndex.joined_digest)
 
 
-def joined_sha256(ids: Sequence[str]) -> str:
+def joined_sha256(ids: Sequence[str] | IdIndex) -> str:
     """SHA-256 (hex) of ``ids`` joined by line feeds, computed :data:`DIGEST_CHUNK` ids at a time."""
     digest = hashlib.sha256()
     for start in range(0, len(ids), DIGEST_CHUNK):

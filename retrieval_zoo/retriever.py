@@ -19,13 +19,14 @@ The pipeline calls these unconditionally: nothing across this boundary is probed
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from typing import ClassVar, Protocol
+from typing import ClassVar, Protocol, runtime_checkable
 
 from retrieval_zoo.data.formats import Run
 
 REPRESENTATIONS = ("bm25", "vectors", "term_weights", "csf_bags", "lexical_semantic")  # each: index/base.py
 
 
+@runtime_checkable
 class Represented(Protocol):
     """What an index reads of any method, whatever its class: every ``RetrievalMethod`` declares it.
 
@@ -54,8 +55,17 @@ class Retriever(ABC):
     parts: tuple[str, ...] = ()
     weight_name: str | None = None
     depth: int = 1000
-    nbytes: int | None = None
-    lexical_nonzero: float | None = None
+    measured_nbytes: int | None = None  # what ``nbytes`` reports, for a retriever that sizes itself when built
+
+    @property
+    def nbytes(self) -> int | None:
+        """Bytes the index holds; None where it does not measure itself."""
+        return self.measured_nbytes
+
+    @property
+    def lexical_nonzero(self) -> float | None:
+        """Lexical entries per document; None where there are none."""
+        return None
 
     @abstractmethod
     def search(self, queries: dict[str, str], k: int) -> Run:

@@ -13,6 +13,7 @@ engine's: at the pool's own scale, set by its largest weight).
 """
 
 from pathlib import Path
+from typing import TypeVar
 
 import numpy as np
 import pytest
@@ -236,3 +237,40 @@ def test_method_index(method_name: str, index_name: str, tiny, tiny_bm25, pool) 
         assert_engine_run(pooled, top(in_pool, K), expected)
     else:
         assert_same_run(pooled, top(in_pool, K), 2e-2 if isinstance(retriever, DhrRetriever) else 1e-3)
+
+
+def index_protocol(index_class: type):
+    """The Protocol an index class is generic in (``Faiss(EncodingIndex[OffersVectors])`` → OffersVectors)."""
+    from typing import get_args
+
+    for klass in index_class.__mro__:
+        for base in getattr(klass, "__orig_bases__", ()):
+            args = get_args(base)
+            if args and not isinstance(args[0], TypeVar):
+                return args[0]
+    raise AssertionError(f"{index_class.__name__} is not generic in what it reads of a method")
+
+
+@pytest.mark.parametrize("index", INDEXES)
+def test_each_index_reads_methods_through_the_protocol_of_what_it_accepts(index: str) -> None:
+    """An index's declared names and its type parameter say the same thing (issue 42 point 1)."""
+    from retrieval_zoo.index.representations import PROTOCOLS
+
+    index_class = get_class(composed("dense", index).index._target_)
+    assert index_class.accepts, index
+    assert {PROTOCOLS[name] for name in index_class.accepts} == {index_protocol(index_class)}, index
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_each_method_is_an_instance_of_the_protocol_of_each_representation_it_declares(method: str) -> None:
+    """What a method declares by name it has as members (the runtime half of methods/offers.py's static check)."""
+    from retrieval_zoo.index.representations import PROTOCOLS
+    from retrieval_zoo.methods import offers
+
+    model = instantiate(composed(method, "faiss").method)
+    assert model.representations, method
+    for name in model.representations:
+        assert isinstance(model, PROTOCOLS[name]), (method, name)
+    statically = Path(offers.__file__).read_text()
+    for name in model.representations:  # each declared pair is stated for mypy
+        assert f"type[{PROTOCOLS[name].__name__}] = {type(model).__name__}" in statically, (method, name)

@@ -1,14 +1,9 @@
 """What an index is to the pipeline: the representations it accepts, how it builds a retriever, its weight grid.
 
 The zoo's axis is method × index. A method declares the representations it produces (``representations``, its own
-first); an index declares the ones it accepts (``accepts``) and builds a retriever from whichever the method
-offers. The representations:
-
-- ``bm25``: no encoder of its own; the pipeline's Lucene BM25 (method ``bm25``).
-- ``vectors``: one vector per text, ``encode_query`` / ``encode_doc`` → (n, d), scored by inner product.
-- ``term_weights``: a |V|-wide lexical vector per text, optionally with a [CLS] part (``term_encoder``).
-- ``csf_bags``: CSurF's bags of contextualized surface forms (``encode_query`` / ``encode_doc`` → ``CsfBags``).
-- ``lexical_semantic``: RoC's pair, random-projected BM25 beside ``encode_query`` / ``encode_doc`` vectors.
+first); an index declares the ones it accepts (``accepts``) and is generic in the Protocol of what it reads of a
+method (:mod:`retrieval_zoo.index.representations`: ``vectors``, ``term_weights``, ``csf_bags``,
+``lexical_semantic``, ``bm25``), so the reads across the boundary are typed and a type checker holds them to it.
 
 An index that fuses two parts has a retrieval-time weight: :meth:`Index.tune` grid-searches it on held-out queries
 with :func:`retrieval_zoo.evaluation.tune_weight`, one function for every fused index.
@@ -16,20 +11,25 @@ with :func:`retrieval_zoo.evaluation.tune_weight`, one function for every fused 
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from typing import ClassVar, Generic, TypeVar
 
+from retrieval_zoo.batching import Texts
 from retrieval_zoo.bounds import require_choice
 from retrieval_zoo.data.collections import Collection
 from retrieval_zoo.data.corpus_store import corpus_ids
 from retrieval_zoo.data.formats import Qrels
 from retrieval_zoo.evaluation import Measure, tune_weight
+from retrieval_zoo.index.representations import Encodes
 from retrieval_zoo.index.shards import CorpusShards, Payload, ShardEncoder
 from retrieval_zoo.lexical.bm25 import BM25
 from retrieval_zoo.retriever import Represented, Retriever
 
+M = TypeVar("M", bound=Represented)  # what an index reads of a method: a Protocol of index/representations.py
+E = TypeVar("E", bound=Encodes)
 
-class Index:
-    """Base of every index family (``conf/index/*.yaml``).
+
+class Index(Generic[M]):
+    """Base of every index family (``conf/index/*.yaml``), generic in what it reads of a method (``M``).
 
     Args:
         weight_grid: Values of the fusion weight tried when evaluation tunes it (``eval.tune_queries`` > 0); empty
@@ -61,21 +61,11 @@ class Index:
         """
         return method.trainable
 
-    def corpus_payload(self, method: Any, texts: list[str]) -> Payload:
-        """What this index needs of these documents, as named row-aligned tensors (one shard of the corpus)."""
-        raise NotImplementedError
+    def doc_encoder(self, method: M, collection: Collection, bm25: BM25) -> ShardEncoder:
+        """Document ids → what this index needs of them, as named row-aligned tensors: how a shard is encoded."""
+        raise NotImplementedError(f"{type(self).__name__} encodes no corpus ahead")
 
-    def doc_encoder(self, method: Any, collection: Collection, bm25: BM25) -> ShardEncoder:
-        """Document ids → :meth:`corpus_payload` of their texts: how a shard of ``collection`` is encoded.
-
-        The texts come as the method's cached tokens when it has a tokenizer (``method.corpus_texts``).
-        """
-        texts = method.corpus_texts(collection)
-        return lambda ids: self.corpus_payload(method, texts(ids))
-
-    def corpus_shards(
-        self, method: Any, collection: Collection, bm25: BM25, shards: CorpusShards | None
-    ) -> CorpusShards:
+    def corpus_shards(self, method: M, collection: Collection, bm25: BM25, shards: CorpusShards | None) -> CorpusShards:
         """``shards`` when evaluation encoded them; else the corpus encoded on demand, by shard (validation)."""
         if shards is not None:
             return shards
@@ -83,11 +73,11 @@ class Index:
         encode = self.doc_encoder(method, collection, bm25)
         return CorpusShards.on_demand(corpus_ids(corpus), encode, self.on_demand_shard or len(corpus))
 
-    def build(self, method: Any, collection: Collection, bm25: BM25, shards: CorpusShards | None = None) -> Retriever:
+    def build(self, method: M, collection: Collection, bm25: BM25, shards: CorpusShards | None = None) -> Retriever:
         """Index ``collection``'s corpus as ``method`` represents it (from its encoded ``shards`` when given)."""
         raise NotImplementedError
 
-    def serve(self, method: Any, collection: Collection, bm25: BM25, shards: CorpusShards | None) -> None:
+    def serve(self, method: M, collection: Collection, bm25: BM25, shards: CorpusShards | None) -> None:
         """On ranks other than 0, after evaluation's encoding: answer rank 0's searches with this rank's part.
 
         Only for an index split over the processes (:mod:`retrieval_zoo.index.process_shards`); nothing for one that
@@ -100,6 +90,19 @@ class Index:
             return {}
         return tune_weight(retriever, queries, qrels, self.weight_grid, self.tune_measure, retriever.weight_name,
                            retriever.depth)  # fmt: skip
+
+
+class EncodingIndex(Index[E]):
+    """An index over what the method's own encoder makes of each document (``corpus_payload``)."""
+
+    def corpus_payload(self, method: E, texts: Texts) -> Payload:
+        """What this index needs of these documents, as named row-aligned tensors (one shard of the corpus)."""
+        raise NotImplementedError
+
+    def doc_encoder(self, method: E, collection: Collection, bm25: BM25) -> ShardEncoder:
+        """Document ids → :meth:`corpus_payload` of their texts, which come as the method's cached tokens."""
+        texts = method.corpus_texts(collection)
+        return lambda ids: self.corpus_payload(method, texts(ids))
 
 
 def compatible(method_class: type[Represented], index_class: type[Index]) -> bool:

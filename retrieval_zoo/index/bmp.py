@@ -37,7 +37,6 @@ import shutil
 import tempfile
 from itertools import chain
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import torch
@@ -50,6 +49,7 @@ from retrieval_zoo.index.ciff import spill, term_lists, write_ciff
 from retrieval_zoo.index.dhr import PartEncoder
 from retrieval_zoo.index.forward_impacts import ForwardImpacts
 from retrieval_zoo.index.impact import Hits, ImpactRetriever, as_query
+from retrieval_zoo.index.representations import OffersTermWeights
 from retrieval_zoo.index.shards import CorpusShards
 from retrieval_zoo.index.terms import DHR_GRID, TermIndex
 from retrieval_zoo.lexical.bm25 import BM25
@@ -100,8 +100,8 @@ class BmpRetriever(ImpactRetriever):
         path, ciff = root / "index.bmp", self._write_ciff(shards, discard, block_size, root, rescore)
         ciff_to_bmp(ciff, path, block_size)
         ciff.unlink()
-        self.nbytes = path.stat().st_size + (self.cls.numel() * 4 if self.cls is not None else 0)
-        self.nbytes += self.forward.nbytes if self.forward is not None else 0
+        self.measured_nbytes = path.stat().st_size + (self.cls.numel() * 4 if self.cls is not None else 0)
+        self.measured_nbytes += self.forward.nbytes if self.forward is not None else 0
         self.searcher = bmp.Searcher(str(path))
 
     def _write_ciff(self, shards: CorpusShards, discard: int, block_size: int, root: Path, rescore: bool) -> Path:
@@ -191,7 +191,7 @@ class Bmp(TermIndex):
         self.alpha, self.beta, self.rescore = alpha, beta, rescore
 
     def build(
-        self, method: Any, collection: Collection, bm25: BM25, shards: CorpusShards | None = None
+        self, method: OffersTermWeights, collection: Collection, bm25: BM25, shards: CorpusShards | None = None
     ) -> BmpRetriever:
         """The corpus's term weights quantized into a BMP index (the [CLS] vectors beside it)."""
         encoder, shards = self.encoder_and_shards(method, collection, bm25, shards)

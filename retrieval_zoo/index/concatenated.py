@@ -17,8 +17,9 @@ from retrieval_zoo.cache import atomic_path, entry_lock, fingerprint
 from retrieval_zoo.data.collections import Collection
 from retrieval_zoo.data.formats import Run
 from retrieval_zoo.evaluation import Measure
-from retrieval_zoo.index.base import Index
+from retrieval_zoo.index.base import EncodingIndex
 from retrieval_zoo.index.dense import Faiss, FaissIndex, vectors_payload
+from retrieval_zoo.index.representations import OffersLexicalSemantic
 from retrieval_zoo.index.shards import CorpusShards, Payload, docids_digest
 from retrieval_zoo.lexical.bm25 import BM25
 from retrieval_zoo.retriever import Retriever
@@ -95,7 +96,7 @@ def doc_lexical_matrix(projection: Any, bm25: BM25, docids: Sequence[str]) -> np
     return matrix
 
 
-class Concatenated(Index):
+class Concatenated(EncodingIndex[OffersLexicalSemantic]):
     """RoC's one index over [d_lex ; d_sem], searched with [q_lex ; λ·q_sem] (RoC Eq. 11; ``conf/index/concatenated``).
 
     The lexical part is the pipeline's BM25 random-projected by the method's ``projection`` (Eq. 3–4); the semantic
@@ -120,12 +121,12 @@ class Concatenated(Index):
         super().__init__(weight_grid, tune_measure)
         self.weight, self.faiss = weight, Faiss(factory)
 
-    def corpus_payload(self, method: Any, texts: list[str]) -> Payload:
+    def corpus_payload(self, method: OffersLexicalSemantic, texts: list[str]) -> Payload:
         """The documents' semantic vectors (the lexical part comes from BM25 at build time)."""
         return vectors_payload(method, texts)
 
     def build(
-        self, method: Any, collection: Collection, bm25: BM25, shards: CorpusShards | None = None
+        self, method: OffersLexicalSemantic, collection: Collection, bm25: BM25, shards: CorpusShards | None = None
     ) -> ConcatenatedRetriever:
         """[d_lex ; d_sem] of every document in faiss; queries [q_lex ; λ·q_sem]."""
         shards = self.corpus_shards(method, collection, bm25, shards)

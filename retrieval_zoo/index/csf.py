@@ -17,14 +17,14 @@ per query and per document), the all-to-all operation count a ColBERT-style soft
 from __future__ import annotations
 
 import time
-from typing import Any, ClassVar
+from typing import ClassVar
 
 import torch
 
 from retrieval_zoo.batching import PLAIN_QUERIES, QueryPrep, prepared_batches
 from retrieval_zoo.data.collections import Collection
 from retrieval_zoo.data.formats import Run
-from retrieval_zoo.index.base import Index
+from retrieval_zoo.index.base import EncodingIndex
 from retrieval_zoo.index.csf_payload import (
     BagEncoder,
     VectorDtype,
@@ -46,6 +46,7 @@ from retrieval_zoo.index.process_shards import (
     split_over_processes,
     split_world,
 )
+from retrieval_zoo.index.representations import OffersCsfBags
 from retrieval_zoo.index.shards import CorpusShards, Payload
 from retrieval_zoo.lexical.bm25 import BM25
 from retrieval_zoo.lexical.csf import PAIR_CHUNK, CsfBags, Postings, max_sum_scores
@@ -118,7 +119,9 @@ class CsfRetriever(Retriever):
         self.unpruned = int(all_sum(torch.tensor([unpruned]))[0])
         self.rank_nbytes = sum(p.nbytes for p, _ in self.shards)  # this rank's lists
         local = [sum(len(p.weight) for p, _ in self.shards), self.rank_nbytes]
-        self.postings_count, self.nbytes = (int(n) for n in all_sum(torch.tensor(local)))  # of all ranks' lists
+        self.postings_count, self.measured_nbytes = (
+            int(n) for n in all_sum(torch.tensor(local))
+        )  # of all ranks' lists
         self.list_lengths = all_sum(sum(p.list_lengths().cpu() for p, _ in self.shards))  # n_t: postings of form t
         self.index_seconds = time.perf_counter() - started
         self.doc_tokens = float(all_sum(tokens)[0]) / len(self.docids)
@@ -202,7 +205,7 @@ class CsfRetriever(Retriever):
         }
 
 
-class InvertedLists(Index):
+class InvertedLists(EncodingIndex[OffersCsfBags]):
     """CSurF's inverted lists of CSFs (csurf.md §4; ``conf/index/csf.yaml``), scored exactly as CSurF trains.
 
     Args:
@@ -231,18 +234,18 @@ class InvertedLists(Index):
         self.prune_threshold, self.prune_fraction = prune_threshold, prune_fraction
         self.query_batch_size, self.vector_dtype, self.compile = query_batch_size, vector_dtype, compile
 
-    def corpus_payload(self, method: Any, texts: list[str]) -> Payload:
+    def corpus_payload(self, method: OffersCsfBags, texts: list[str]) -> Payload:
         """The documents' bags of CSFs."""
         return encode_bags_payload(method.encode_doc, texts, method.encode_batch_size)
 
-    def serve(self, method: Any, collection: Collection, bm25: BM25, shards: CorpusShards | None) -> None:
+    def serve(self, method: OffersCsfBags, collection: Collection, bm25: BM25, shards: CorpusShards | None) -> None:
         """Under DDP, on ranks other than 0: build this rank's share of the lists and answer rank 0's searches."""
         with split_over_processes():
             if split_world()[1] > 1:
                 self.build(method, collection, bm25, shards).serve()
 
     def build(
-        self, method: Any, collection: Collection, bm25: BM25, shards: CorpusShards | None = None
+        self, method: OffersCsfBags, collection: Collection, bm25: BM25, shards: CorpusShards | None = None
     ) -> CsfRetriever:
         """Inverted lists of the corpus's CSFs, one set per shard."""
         shards = self.corpus_shards(method, collection, bm25, shards)

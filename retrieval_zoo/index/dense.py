@@ -8,7 +8,7 @@ devices. Indexes that need training (IVF, PQ) are trained once, on the first sha
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, ClassVar
+from typing import ClassVar
 
 import faiss
 import numpy as np
@@ -18,7 +18,8 @@ from retrieval_zoo.batching import PLAIN_QUERIES, QueryPrep, encode_all, encode_
 from retrieval_zoo.data.collections import Collection
 from retrieval_zoo.data.formats import Run
 from retrieval_zoo.id_index import IdIndex
-from retrieval_zoo.index.base import Index
+from retrieval_zoo.index.base import EncodingIndex
+from retrieval_zoo.index.representations import OffersVectors
 from retrieval_zoo.index.shards import CorpusShards, Payload
 from retrieval_zoo.lexical.bm25 import BM25
 from retrieval_zoo.retriever import Retriever
@@ -193,12 +194,12 @@ class DenseRetriever(Retriever):
         return self.index.candidate_scores(self.encode_queries(queries), list(queries), candidates)
 
 
-def vectors_payload(method: Any, texts: list[str]) -> Payload:
+def vectors_payload(method: OffersVectors, texts: list[str]) -> Payload:
     """``vectors``: (n, dim) float32 document vectors of ``texts`` by the method's ``encode_doc``."""
     return encode_payload(lambda batch: {"vectors": method.encode_doc(batch)}, texts, method.encode_batch_size, "docs")
 
 
-class Faiss(Index):
+class Faiss(EncodingIndex[OffersVectors]):
     """A method's vectors in faiss, searched by inner product (``conf/index/faiss.yaml``).
 
     Args:
@@ -220,12 +221,12 @@ class Faiss(Index):
         """An empty :class:`FaissIndex` with these settings."""
         return FaissIndex(self.factory, self.use_gpu, self.nprobe, self.train_size)
 
-    def corpus_payload(self, method: Any, texts: list[str]) -> Payload:
+    def corpus_payload(self, method: OffersVectors, texts: list[str]) -> Payload:
         """The documents' vectors."""
         return vectors_payload(method, texts)
 
     def build(
-        self, method: Any, collection: Collection, bm25: BM25, shards: CorpusShards | None = None
+        self, method: OffersVectors, collection: Collection, bm25: BM25, shards: CorpusShards | None = None
     ) -> DenseRetriever:
         """The corpus's vectors in a (sharded) faiss inner-product index."""
         shards = self.corpus_shards(method, collection, bm25, shards)

@@ -3,15 +3,16 @@
 from __future__ import annotations
 
 import typing
-from typing import Any, ClassVar, Literal
+from typing import ClassVar, Literal
 
 from retrieval_zoo.bounds import require_choice
 from retrieval_zoo.data.collections import Collection
 from retrieval_zoo.data.formats import Run, top_k
 from retrieval_zoo.evaluation import Measure
-from retrieval_zoo.index.base import Index
+from retrieval_zoo.index.base import EncodingIndex
 from retrieval_zoo.index.dense import DenseRetriever, Faiss
 from retrieval_zoo.index.fusion import complete, interpolate, union_gaps
+from retrieval_zoo.index.representations import OffersVectors
 from retrieval_zoo.index.shards import CorpusShards, Payload
 from retrieval_zoo.lexical.bm25 import BM25
 from retrieval_zoo.retriever import Retriever
@@ -101,7 +102,7 @@ class HybridRetriever(Retriever):
         return top_k(interpolate(lexical, dense, weight_a=weight_lexical, weight_b=weight_dense), k)
 
 
-class Union(Index):
+class Union(EncodingIndex[OffersVectors]):
     """Lucene BM25's top ``depth`` ∪ the method's faiss top ``depth``, ranked by a weighted sum (``conf/index/union``).
 
     Args:
@@ -134,12 +135,12 @@ class Union(Index):
         self.weighted, self.weight, self.depth, self.union_scores = weighted, weight, depth, union_scores
         self.dense = Faiss(factory)
 
-    def corpus_payload(self, method: Any, texts: list[str]) -> Payload:
+    def corpus_payload(self, method: OffersVectors, texts: list[str]) -> Payload:
         """The documents' vectors (the dense side)."""
         return self.dense.corpus_payload(method, texts)
 
     def build(
-        self, method: Any, collection: Collection, bm25: BM25, shards: CorpusShards | None = None
+        self, method: OffersVectors, collection: Collection, bm25: BM25, shards: CorpusShards | None = None
     ) -> HybridRetriever:
         """The pipeline's BM25 beside the method's vectors in faiss."""
         dense = self.dense.build(method, collection, bm25, shards)

@@ -14,7 +14,6 @@ from __future__ import annotations
 import os
 import tempfile
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import torch
@@ -24,6 +23,7 @@ from retrieval_zoo.data.collections import Collection
 from retrieval_zoo.evaluation import Measure
 from retrieval_zoo.index.dhr import PartEncoder
 from retrieval_zoo.index.impact import Hits, ImpactRetriever, as_query, document_impacts, quantize
+from retrieval_zoo.index.representations import OffersTermWeights
 from retrieval_zoo.index.shards import CorpusShards
 from retrieval_zoo.index.terms import DHR_GRID, TermIndex
 from retrieval_zoo.lexical import lucene_ops
@@ -77,7 +77,9 @@ class LuceneImpactRetriever(ImpactRetriever):
                 str(self.threads), "-quiet", *indexing_options()]  # fmt: skip
         LuceneWorker.call(lucene_ops.run_main, "io.anserini.index.IndexCollection", args)
         (documents / "impacts.jsonl").unlink()
-        self.nbytes = sum(file_sizes(self.index_dir).values()) + (self.cls.numel() * 4 if self.cls is not None else 0)
+        self.measured_nbytes = sum(file_sizes(self.index_dir).values()) + (
+            self.cls.numel() * 4 if self.cls is not None else 0
+        )
 
     def query_impacts(self, weights: torch.Tensor) -> tuple[torch.Tensor, float]:
         """The largest weight at ``query_levels``, terms no document has left out."""
@@ -126,7 +128,7 @@ class LuceneImpact(TermIndex):
         )
 
     def build(
-        self, method: Any, collection: Collection, bm25: BM25, shards: CorpusShards | None = None
+        self, method: OffersTermWeights, collection: Collection, bm25: BM25, shards: CorpusShards | None = None
     ) -> LuceneImpactRetriever:
         """The corpus's term weights as impacts in a Lucene index (the [CLS] vectors beside it)."""
         encoder, shards = self.encoder_and_shards(method, collection, bm25, shards)

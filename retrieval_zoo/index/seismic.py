@@ -27,6 +27,7 @@ from retrieval_zoo.data.collections import Collection
 from retrieval_zoo.evaluation import Measure
 from retrieval_zoo.index.dhr import PartEncoder
 from retrieval_zoo.index.impact import Hits, ImpactRetriever
+from retrieval_zoo.index.representations import OffersTermWeights
 from retrieval_zoo.index.shards import CorpusShards
 from retrieval_zoo.index.terms import DHR_GRID, TermIndex
 from retrieval_zoo.lexical.bm25 import BM25
@@ -96,7 +97,9 @@ class SeismicRetriever(ImpactRetriever):
         self.index = build(dataset, n_postings=n_postings, centroid_fraction=centroid_fraction,
                            summary_energy=summary_energy, doc_cut=doc_cut, num_threads=threads)  # fmt: skip
         self.string_type = seismic.get_seismic_string()
-        self.nbytes = self.postings * 6 + (self.cls.numel() * 4 if self.cls is not None else 0)  # f16 value, id
+        self.measured_nbytes = self.postings * 6 + (
+            self.cls.numel() * 4 if self.cls is not None else 0
+        )  # f16 value, id
 
     def query_impacts(self, weights: torch.Tensor) -> tuple[torch.Tensor, float]:
         """The weights as they are (Seismic takes floats), scale 1."""
@@ -161,7 +164,7 @@ class Seismic(TermIndex):
                          "max_doc_terms": max_doc_terms, "candidates": candidates, "threads": threads}  # fmt: skip
 
     def build(
-        self, method: Any, collection: Collection, bm25: BM25, shards: CorpusShards | None = None
+        self, method: OffersTermWeights, collection: Collection, bm25: BM25, shards: CorpusShards | None = None
     ) -> SeismicRetriever:
         """The corpus's term weights in a Seismic index (the [CLS] vectors beside it)."""
         encoder, shards = self.encoder_and_shards(method, collection, bm25, shards)

@@ -29,7 +29,7 @@ Payload = dict[str, torch.Tensor]
 ShardEncoder = Callable[[list[str]], Payload]
 
 
-def docids_digest(docids: Sequence[str]) -> str:
+def docids_digest(docids: Sequence[str] | IdIndex) -> str:
     """SHA-256 of the document ids in order, joined by line feeds."""
     return joined_sha256(docids)
 
@@ -44,7 +44,7 @@ class CorpusShards:
         folder: Where the shard files live.
     """
 
-    def __init__(self, docids: Sequence[str], shard_size: int, folder: str | Path | None = None) -> None:
+    def __init__(self, docids: Sequence[str] | IdIndex, shard_size: int, folder: str | Path | None = None) -> None:
         if shard_size < 1:
             raise ValueError(f"shard_size must be at least 1, not {shard_size}")
         if not docids:
@@ -54,20 +54,20 @@ class CorpusShards:
         self.folder = Path(folder) if folder is not None else None
         self._encode: ShardEncoder | None = None
         if self.folder is not None:
-            self._check_manifest()
+            self._check_manifest(self.folder)
 
     @classmethod
-    def on_demand(cls, docids: Sequence[str], encode: ShardEncoder, shard_size: int) -> CorpusShards:
+    def on_demand(cls, docids: Sequence[str] | IdIndex, encode: ShardEncoder, shard_size: int) -> CorpusShards:
         """Shards that ``encode`` (document ids → encoding) computes each time they are read; nothing is stored."""
         shards = cls(docids, shard_size)
         shards._encode = encode
         return shards
 
-    def _check_manifest(self) -> None:
+    def _check_manifest(self, folder: Path) -> None:
         """Write the manifest of a new folder; refuse a folder that holds another corpus or shard size."""
         manifest = {"documents": len(self.docids), "shard_size": self.shard_size, "shards": len(self.ranges),
                     "docids_sha256": docids_digest(self.docids)}  # fmt: skip
-        path = self.folder / "manifest.json"
+        path = folder / "manifest.json"
         if not path.exists():
             write_json(path, manifest)
             return

@@ -11,12 +11,11 @@ reference the densification approximates. Both fuse the [CLS] part with a weight
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import torch
 
-from retrieval_zoo.batching import PLAIN_QUERIES, QueryPrep, encode_payload
+from retrieval_zoo.batching import encode_payload
 from retrieval_zoo.bounds import require_choice
 from retrieval_zoo.data.collections import Collection
 from retrieval_zoo.data.corpus_store import corpus_ids
@@ -24,6 +23,7 @@ from retrieval_zoo.evaluation import Measure
 from retrieval_zoo.index.base import Index
 from retrieval_zoo.index.dhr import DhrRetriever
 from retrieval_zoo.index.dlr import Slicing, SlicingStrategy
+from retrieval_zoo.index.representations import EncodesTerms, OffersTermWeights, TermEncoder
 from retrieval_zoo.index.shards import CorpusShards, Payload, ShardEncoder
 from retrieval_zoo.index.sparse import SparseRetriever
 from retrieval_zoo.lexical.bm25 import BM25
@@ -33,46 +33,22 @@ ON_DEMAND_SHARD = 1024  # documents whose |V|-wide vectors exist at once when a 
 DHR_GRID = (0.0, 0.05, 0.1, 0.2, 0.3, 0.5, 0.75, 1.0, 1.5, 2.0, 3.0, 5.0)
 
 
-@dataclass
-class TermEncoder:
-    """What a ``term_weights`` method hands to these indexes (``method.term_encoder(collection, bm25)``).
-
-    Args:
-        encode_queries: (n,) query texts → (n, |V|) lexical vectors (dense or CSR) and (n, c) [CLS] vectors or None.
-        encode_docs: (n,) document ids → ``lexical`` (n, |V|), dense or CSR, and, with a [CLS] part, ``cls`` (n, c)
-            float32 tensors.
-        vocab_size: |V|.
-        discard: Leading vocabulary ids that are never used, dropped before slicing (BERT: :data:`BERT_DISCARD`).
-        terms: Vocabulary ids → their strings (for explanations).
-        weight: λ of the [CLS] part as trained (Eq. 13); 1.0 without one.
-        batch_size: Texts per forward pass.
-        queries: How query texts are batched (``method.query_prep()``): by their length in tokens, tokens ahead.
-    """
-
-    encode_queries: Callable[[list[str]], tuple[torch.Tensor, torch.Tensor | None]]
-    encode_docs: Callable[[list[str]], Payload]
-    vocab_size: int
-    discard: int
-    terms: Callable[[list[int]], list[str]]
-    weight: float = 1.0
-    batch_size: int = 64
-    queries: QueryPrep = PLAIN_QUERIES
-
-
 def encoder_term_weights(
-    method: Any, collection: Collection, parts: Callable[[torch.Tensor, torch.Tensor], tuple[torch.Tensor, Any]],
-    discard: int, weight: float,
+    method: EncodesTerms, collection: Collection,
+    parts: Callable[[torch.Tensor, torch.Tensor], tuple[torch.Tensor, Any]], discard: int, weight: float,
 ) -> TermEncoder:  # fmt: skip
     """The :class:`TermEncoder` of a method whose encoder gives each text's term weights (DeLADE, CSurF).
 
     Args:
-        method: Has ``encoder``, ``vocab_size``, ``encode_batch_size``, ``corpus_texts`` and ``query_prep``.
+        method: The method, with its encoder and vocabulary.
         collection: Its documents are read from their cached tokens.
         parts: (T, L) ids and mask → (T, |V|) lexical vectors and (T, c) [CLS] vectors or None.
         discard: Leading vocabulary ids never used.
         weight: λ of the [CLS] part (1.0 without one).
     """
     encoder = method.encoder
+    if encoder is None:
+        raise TypeError(f"{type(method).__name__} has no encoder to give term weights")
 
     def encode_queries(texts: list[str]) -> tuple[torch.Tensor, torch.Tensor | None]:
         return parts(*encoder.tokenize(texts, "query"))
@@ -90,7 +66,7 @@ def encoder_term_weights(
                        weight, method.encode_batch_size, method.query_prep())  # fmt: skip
 
 
-class TermIndex(Index):
+class TermIndex(Index[OffersTermWeights]):
     """Shared by :class:`Gip` and :class:`Sparse`.
 
     Args:
@@ -108,12 +84,12 @@ class TermIndex(Index):
         super().__init__(weight_grid, tune_measure)
         self.weight = weight
 
-    def doc_encoder(self, method: Any, collection: Collection, bm25: BM25) -> ShardEncoder:
+    def doc_encoder(self, method: OffersTermWeights, collection: Collection, bm25: BM25) -> ShardEncoder:
         """Document ids → their lexical (and [CLS]) vectors."""
         return method.term_encoder(collection, bm25).encode_docs
 
     def encoder_and_shards(
-        self, method: Any, collection: Collection, bm25: BM25, shards: CorpusShards | None
+        self, method: OffersTermWeights, collection: Collection, bm25: BM25, shards: CorpusShards | None
     ) -> tuple[TermEncoder, CorpusShards]:
         """The method's term encoder, and the corpus's shards (encoded on demand by it when not given)."""
         encoder = method.term_encoder(collection, bm25)
@@ -159,7 +135,7 @@ class Gip(TermIndex):
         self.first_stage, self.theta, self.candidates = first_stage, theta, candidates
 
     def build(
-        self, method: Any, collection: Collection, bm25: BM25, shards: CorpusShards | None = None
+        self, method: OffersTermWeights, collection: Collection, bm25: BM25, shards: CorpusShards | None = None
     ) -> DhrRetriever:
         """Densify the corpus's term vectors (and join the [CLS] ones) into GIP indexes, one per shard."""
         encoder, shards = self.encoder_and_shards(method, collection, bm25, shards)
@@ -177,7 +153,7 @@ class Sparse(TermIndex):
     """
 
     def build(
-        self, method: Any, collection: Collection, bm25: BM25, shards: CorpusShards | None = None
+        self, method: OffersTermWeights, collection: Collection, bm25: BM25, shards: CorpusShards | None = None
     ) -> SparseRetriever:
         """The corpus's term vectors as one sparse (or dense, when denser) matrix."""
         encoder, shards = self.encoder_and_shards(method, collection, bm25, shards)

@@ -2,7 +2,7 @@
 
 A method subclasses :class:`RetrievalMethod`, receives its :class:`retrieval_zoo.encoder.Encoder` from the config,
 and supplies ``encode_query``, ``encode_doc``, ``score``, the named ``losses`` it sums, and the representations it
-produces (``representations``; see :mod:`retrieval_zoo.index.base`), which decide the indexes that can search it.
+produces (``representations``; :mod:`retrieval_zoo.index.representations`), which decide the indexes that search it.
 The base sums and logs the losses and builds AdamW with a linear warm-up. Validation is first-stage retrieval
 through the run's index on a dev subset (:class:`retrieval_zoo.validation.RetrievalValidation`), so checkpoints are
 selected on retrieval quality.
@@ -77,7 +77,7 @@ class RetrievalMethod(L.LightningModule):
         trainable: False for methods without parameters (BM25, off-the-shelf term vectors): the apps skip training,
             and indexes encode their corpus on demand.
         representations: What the method produces for an index to search, its own first (``vectors``,
-            ``term_weights``, ``csf_bags``, ``lexical_semantic``, ``bm25``; :mod:`retrieval_zoo.index.base`).
+            ``term_weights``, ``csf_bags``, ``lexical_semantic``, ``bm25``; :mod:`retrieval_zoo.index.representations`).
 
     Args:
         encoder: The text encoder (None for methods without one, e.g. BM25).

@@ -26,7 +26,8 @@ from retrieval_zoo.bounds import require_choice
 from retrieval_zoo.data.collections import Collection
 from retrieval_zoo.distributed import global_mean
 from retrieval_zoo.encoder import Encoder
-from retrieval_zoo.index.terms import TermEncoder, encoder_term_weights
+from retrieval_zoo.index.representations import TermEncoder
+from retrieval_zoo.index.terms import encoder_term_weights
 from retrieval_zoo.lexical.bm25 import BM25
 from retrieval_zoo.lexical.csf import Bags, CsfBags, Postings, csf_bags, gather_bags, max_sum_scores
 from retrieval_zoo.lexical.splade import max_pooled_logits, mlm_head_parts

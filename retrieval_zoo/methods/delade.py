@@ -19,7 +19,8 @@ import torch
 
 from retrieval_zoo.data.collections import Collection
 from retrieval_zoo.encoder import Encoder
-from retrieval_zoo.index.terms import BERT_DISCARD, TermEncoder, encoder_term_weights
+from retrieval_zoo.index.representations import TermEncoder
+from retrieval_zoo.index.terms import BERT_DISCARD, encoder_term_weights
 from retrieval_zoo.lexical.bm25 import BM25
 from retrieval_zoo.lexical.delade import delade_vectors
 from retrieval_zoo.losses import kl_distillation

@@ -19,8 +19,9 @@ from retrieval_zoo.bounds import require_choice
 from retrieval_zoo.data.collections import Collection
 from retrieval_zoo.data.corpus_store import corpus_ids
 from retrieval_zoo.encoder import Encoder
+from retrieval_zoo.index.representations import TermEncoder
 from retrieval_zoo.index.shards import Payload
-from retrieval_zoo.index.terms import BERT_DISCARD, TermEncoder
+from retrieval_zoo.index.terms import BERT_DISCARD
 from retrieval_zoo.lexical.bm25 import BM25
 from retrieval_zoo.lexical.bm25_rows import document_rows
 from retrieval_zoo.lexical.sparse_rows import SparseRows
