@@ -5,6 +5,7 @@ from __future__ import annotations
 import netrc
 import os
 import socket
+from collections.abc import Sequence
 from pathlib import Path
 
 import torch
@@ -90,7 +91,7 @@ def finish(logger: Logger | bool) -> None:
         wandb.finish()
 
 
-def log_histogram(loggers: list[Logger], name: str, values: torch.Tensor, step: int) -> None:
+def log_histogram(loggers: Sequence[object], name: str, values: torch.Tensor, step: int) -> None:
     """Log ``values`` as a histogram to every logger that draws them (wandb); the others get the scalar summaries."""
     for logger in loggers:
         if isinstance(logger, WandbLogger):

@@ -24,6 +24,7 @@ from retrieval_zoo.index.shards import CorpusShards, Payload, ShardEncoder
 from retrieval_zoo.lexical.bm25 import BM25
 from retrieval_zoo.retriever import Represented, Retriever
 
+TENTHS_TO_TWO = tuple(round(0.1 * i, 1) for i in range(21))  # 0, 0.1, ..., 2.0: a fusion weight's default grid
 M = TypeVar("M", bound=Represented)  # what an index reads of a method: a Protocol of index/representations.py
 E = TypeVar("E", bound=Encodes)
 
@@ -62,8 +63,15 @@ class Index(Generic[M]):
         return method.trainable
 
     def doc_encoder(self, method: M, collection: Collection, bm25: BM25) -> ShardEncoder:
-        """Document ids → what this index needs of them, as named row-aligned tensors: how a shard is encoded."""
-        raise NotImplementedError(f"{type(self).__name__} encodes no corpus ahead")
+        """Document ids → what this index needs of them, as named row-aligned tensors: how a shard is encoded.
+
+        An index over no encoding of its own (Lucene's BM25) has nothing to encode: its encoder refuses when called.
+        """
+
+        def encode(ids: list[str]) -> Payload:
+            raise NotImplementedError(f"{type(self).__name__} encodes no corpus ahead")
+
+        return encode
 
     def corpus_shards(self, method: M, collection: Collection, bm25: BM25, shards: CorpusShards | None) -> CorpusShards:
         """``shards`` when evaluation encoded them; else the corpus encoded on demand, by shard (validation)."""

@@ -95,8 +95,11 @@ class BmpRetriever(ImpactRetriever):
                              f"most {TERM_LIMIT:,}: use index=sparse or index=gip")  # fmt: skip
         self.oversample, self.alpha, self.beta, self.pruned_queries = oversample, alpha, beta, 0
         self.forward: ForwardImpacts | None = None
-        self._folder = tempfile.TemporaryDirectory(prefix="retrieval_zoo-bmp-") if folder is None else None
-        root = Path(folder or self._folder.name)
+        self._folder: tempfile.TemporaryDirectory[str] | None = None  # removed with the retriever
+        if folder is None:
+            self._folder = tempfile.TemporaryDirectory(prefix="retrieval_zoo-bmp-")
+            folder = self._folder.name
+        root = Path(folder)
         path, ciff = root / "index.bmp", self._write_ciff(shards, discard, block_size, root, rescore)
         ciff_to_bmp(ciff, path, block_size)
         ciff.unlink()
@@ -151,14 +154,14 @@ class BmpRetriever(ImpactRetriever):
                     raise
                 asked = min(2 * asked, len(self.docids))  # a deeper k lowers that bound
         real = [i for i, name in enumerate(names) if not name.startswith(SENTINEL_DOC)]
-        rows, scores = np.asarray([names[i] for i in real], dtype=np.int64), np.asarray([scores[i] for i in real])
+        rows, found = np.asarray([names[i] for i in real], dtype=np.int64), np.asarray([scores[i] for i in real])
         if self.forward is None:
-            return rows[:depth], scores[:depth] / (query_scale * self.scale)
-        query = np.zeros(self.discard + len(weights))
-        query[self.discard :] = weights.double().numpy()
-        scores = self.forward.scores(rows, query) / self.scale
-        best = np.argsort(-scores, kind="stable")[:depth]
-        return rows[best], scores[best]
+            return rows[:depth], found[:depth] / (query_scale * self.scale)
+        dense_query = np.zeros(self.discard + len(weights))
+        dense_query[self.discard :] = weights.double().numpy()
+        rescored = self.forward.scores(rows, dense_query) / self.scale
+        best = np.argsort(-rescored, kind="stable")[:depth]
+        return rows[best], rescored[best]
 
 
 class Bmp(TermIndex):

@@ -8,20 +8,22 @@ the other part alone. No candidate union, no missing scores.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any, ClassVar
+from typing import ClassVar
 
 import numpy as np
 
-from retrieval_zoo.batching import encode_all
+from retrieval_zoo.batching import Texts, encode_all
 from retrieval_zoo.cache import atomic_path, entry_lock, fingerprint
 from retrieval_zoo.data.collections import Collection
 from retrieval_zoo.data.formats import Run
 from retrieval_zoo.evaluation import Measure
-from retrieval_zoo.index.base import EncodingIndex
+from retrieval_zoo.id_index import IdIndex
+from retrieval_zoo.index.base import TENTHS_TO_TWO, EncodingIndex
 from retrieval_zoo.index.dense import Faiss, FaissIndex, vectors_payload
 from retrieval_zoo.index.representations import OffersLexicalSemantic
 from retrieval_zoo.index.shards import CorpusShards, Payload, docids_digest
 from retrieval_zoo.lexical.bm25 import BM25
+from retrieval_zoo.lexical.projection import RademacherProjection
 from retrieval_zoo.retriever import Retriever
 
 QueryEncoder = Callable[[dict[str, str]], tuple[np.ndarray, np.ndarray]]
@@ -75,7 +77,7 @@ class ConcatenatedRetriever(Retriever):
         return self.index.search(vectors, list(queries), k)
 
 
-def doc_lexical_matrix(projection: Any, bm25: BM25, docids: Sequence[str]) -> np.ndarray:
+def doc_lexical_matrix(projection: RademacherProjection, bm25: BM25, docids: Sequence[str] | IdIndex) -> np.ndarray:
     """A·(Lucene's TF saturation) of every document, cached by corpus, BM25 parameters and projection.
 
     RoC's d_lex (Eq. 3) is this matrix times the method's ``saturation_scale`` ((k1 + 1) at the paper's scale). The
@@ -88,7 +90,7 @@ def doc_lexical_matrix(projection: Any, bm25: BM25, docids: Sequence[str]) -> np
         if path.exists():
             return np.load(path)
         matrix = np.concatenate([
-            projection.project(bm25.document_term_weights(docids[i : i + 4096], saturation_only=True)).numpy()
+            projection.project(bm25.document_term_weights(list(docids[i : i + 4096]), saturation_only=True)).numpy()
             for i in range(0, len(docids), 4096)
         ])  # fmt: skip
         with atomic_path(path) as tmp, open(tmp, "wb") as f:
@@ -114,14 +116,14 @@ class Concatenated(EncodingIndex[OffersLexicalSemantic]):
     def __init__(
         self,
         weight: float = 1.0,
-        weight_grid: tuple[float, ...] = tuple(round(0.1 * i, 1) for i in range(21)),
+        weight_grid: tuple[float, ...] = TENTHS_TO_TWO,
         tune_measure: Measure = "MAP@1000",
         factory: str = "Flat",
     ) -> None:
         super().__init__(weight_grid, tune_measure)
         self.weight, self.faiss = weight, Faiss(factory)
 
-    def corpus_payload(self, method: OffersLexicalSemantic, texts: list[str]) -> Payload:
+    def corpus_payload(self, method: OffersLexicalSemantic, texts: Texts) -> Payload:
         """The documents' semantic vectors (the lexical part comes from BM25 at build time)."""
         return vectors_payload(method, texts)
 

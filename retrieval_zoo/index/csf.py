@@ -21,7 +21,7 @@ from typing import ClassVar
 
 import torch
 
-from retrieval_zoo.batching import PLAIN_QUERIES, QueryPrep, prepared_batches
+from retrieval_zoo.batching import PLAIN_QUERIES, QueryPrep, Texts, prepared_batches
 from retrieval_zoo.data.collections import Collection
 from retrieval_zoo.data.formats import Run
 from retrieval_zoo.index.base import EncodingIndex
@@ -32,6 +32,7 @@ from retrieval_zoo.index.csf_payload import (
     encode_bags_payload,
     payload_bags,
     storage_dtype,
+    token_counts,
 )
 from retrieval_zoo.index.gip import default_device
 from retrieval_zoo.index.process_shards import (
@@ -110,9 +111,10 @@ class CsfRetriever(Retriever):
         self.shards: list[tuple[Postings, int]] = []  # each shard's lists and its first corpus row
         for shard in own:
             shard_bags = held.pop(shard) if shard in held else indexed(shard)
-            tokens, unpruned = tokens + shard_bags.tokens.sum(), unpruned + len(shard_bags.weight)
-            if keep[shard] is not None:
-                shard_bags = shard_bags.select(keep[shard])
+            tokens, unpruned = tokens + token_counts(shard_bags).sum(), unpruned + len(shard_bags.weight)
+            mask = keep[shard]
+            if mask is not None:
+                shard_bags = shard_bags.select(mask)
             postings = Postings.build(shard_bags, vocab_size)
             postings.doc, postings.source = postings.doc.int(), postings.source.short()
             self.shards.append((postings.to(self.device, storage_dtype(vector_dtype)), shards.ranges[shard][0]))
@@ -122,7 +124,9 @@ class CsfRetriever(Retriever):
         self.postings_count, self.measured_nbytes = (
             int(n) for n in all_sum(torch.tensor(local))
         )  # of all ranks' lists
-        self.list_lengths = all_sum(sum(p.list_lengths().cpu() for p, _ in self.shards))  # n_t: postings of form t
+        lengths = [p.list_lengths().cpu() for p, _ in self.shards]  # n_t: postings of form t
+        no_lists = torch.zeros(vocab_size, dtype=torch.long)  # a rank that holds no shard
+        self.list_lengths = all_sum(torch.stack(lengths).sum(0) if lengths else no_lists)
         self.index_seconds = time.perf_counter() - started
         self.doc_tokens = float(all_sum(tokens)[0]) / len(self.docids)
         self._sharded = ShardedSearch(self._search)
@@ -148,7 +152,8 @@ class CsfRetriever(Retriever):
 
     def _search(self, queries: dict[str, str], k: int) -> Run:
         """This rank's search: its lists' top ``k``, merged with the other ranks' (every rank ends with the run)."""
-        qids, texts, run = list(queries), list(queries.values()), {}
+        qids, texts = list(queries), list(queries.values())
+        run: Run = {}
         started = time.perf_counter()
         with torch.inference_mode():
             lengths, prepare = rank_zeros(self.queries.lengths(texts)), self.queries.prepare  # the same batches
@@ -156,10 +161,10 @@ class CsfRetriever(Retriever):
                 bags = bags_to(self.encode_query(items), self.device)
                 scores, found, pairs = self._search_lists(bags, k)
                 scores, found = gather_topk(scores, found, k)
-                scores, found = scores.cpu().tolist(), found.cpu().tolist()  # one transfer a batch
+                top_scores, top_rows = scores.cpu().tolist(), found.cpu().tolist()  # one transfer a batch
                 for row, query in enumerate(rows):
                     run[qids[query]] = {
-                        self.docids[d]: s for s, d in zip(scores[row], found[row], strict=True) if s > 0
+                        self.docids[d]: s for s, d in zip(top_scores[row], top_rows[row], strict=True) if s > 0
                     }
                 self._count(bags, int(all_sum(torch.tensor([pairs]))[0]))
         self._search_seconds += time.perf_counter() - started
@@ -180,7 +185,7 @@ class CsfRetriever(Retriever):
     def _count(self, bags: CsfBags, pairs: int) -> None:
         self._queries += bags.num_texts
         self._query_csfs += len(bags.weight)
-        self._query_tokens += bags.tokens.sum().item()
+        self._query_tokens += token_counts(bags).sum().item()
         self._query_forms += torch.bincount(bags.surface.cpu(), minlength=len(self._query_forms)).float()
         self._pairs += pairs
 
@@ -234,7 +239,7 @@ class InvertedLists(EncodingIndex[OffersCsfBags]):
         self.prune_threshold, self.prune_fraction = prune_threshold, prune_fraction
         self.query_batch_size, self.vector_dtype, self.compile = query_batch_size, vector_dtype, compile
 
-    def corpus_payload(self, method: OffersCsfBags, texts: list[str]) -> Payload:
+    def corpus_payload(self, method: OffersCsfBags, texts: Texts) -> Payload:
         """The documents' bags of CSFs."""
         return encode_bags_payload(method.encode_doc, texts, method.encode_batch_size)
 

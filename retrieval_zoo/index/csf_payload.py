@@ -12,12 +12,12 @@ from typing import Literal
 
 import torch
 
-from retrieval_zoo.batching import Texts, prepared_batches
+from retrieval_zoo.batching import Item, Texts, prepared_batches
 from retrieval_zoo.bounds import require_choice
 from retrieval_zoo.index.shards import Payload
 from retrieval_zoo.lexical.csf import CsfBags
 
-BagEncoder = Callable[[list[str]], CsfBags]
+BagEncoder = Callable[[Item], CsfBags]
 PAYLOAD_FIELDS = ("text", "surface", "source", "weight", "vector", "original")
 VectorDtype = Literal["float32", "float16", "bfloat16"]
 VECTOR_DTYPES: dict[VectorDtype, torch.dtype] = {
@@ -47,15 +47,23 @@ def encode_bags_payload(encode: BagEncoder, texts: Texts, batch_size: int) -> Pa
             rows += batch
     bags = bags_to(_concatenate(parts, len(texts)), torch.device("cpu"))
     tokens = torch.zeros(len(texts))
-    tokens[torch.tensor(rows)] = bags.tokens.float()
+    tokens[torch.tensor(rows)] = token_counts(bags).float()
     payload = {name: getattr(bags, name) for name in PAYLOAD_FIELDS if getattr(bags, name) is not None}
     return payload | {"tokens": tokens, "length": torch.tensor(bags.length)}
 
 
 def payload_bags(payload: Payload) -> CsfBags:
     """The bags of CSFs of a shard written by :func:`encode_bags_payload`."""
-    fields = {name: payload.get(name) for name in PAYLOAD_FIELDS}
-    return CsfBags(**fields, num_texts=len(payload["tokens"]), length=int(payload["length"]), tokens=payload["tokens"])
+    return CsfBags(payload["text"], payload["surface"], payload["source"], payload["weight"], payload.get("vector"),
+                   payload["original"], num_texts=len(payload["tokens"]), length=int(payload["length"]),
+                   tokens=payload["tokens"])  # fmt: skip
+
+
+def token_counts(bags: CsfBags) -> torch.Tensor:
+    """(T,) source tokens of each text: what a document's bags always carry (queries may leave them out)."""
+    if bags.tokens is None:
+        raise ValueError("bags without their texts' token counts: encode documents with the method's encode_doc")
+    return bags.tokens
 
 
 def bags_to(bags: CsfBags, device: torch.device, doc_index: torch.Tensor | None = None) -> CsfBags:
@@ -70,12 +78,15 @@ def bags_to(bags: CsfBags, device: torch.device, doc_index: torch.Tensor | None 
 
 def _concatenate(parts: list[CsfBags], num_texts: int) -> CsfBags:
     """One bag set over the whole corpus from per-batch sets whose texts are already corpus rows."""
-    vectors = [p.vector for p in parts]
+    vectors = [p.vector for p in parts if p.vector is not None]
     return CsfBags(
-        *(torch.cat([getattr(p, name) for p in parts]) for name in ("text", "surface", "source", "weight")),
-        vector=None if vectors[0] is None else torch.cat(vectors),
+        torch.cat([p.text for p in parts]),
+        torch.cat([p.surface for p in parts]),
+        torch.cat([p.source for p in parts]),
+        torch.cat([p.weight for p in parts]),
+        vector=torch.cat(vectors) if vectors else None,
         original=torch.cat([p.original for p in parts]),
         num_texts=num_texts,
         length=max(p.length for p in parts),
-        tokens=torch.cat([p.tokens for p in parts]),  # in batch order, as the rows the caller kept
+        tokens=torch.cat([token_counts(p) for p in parts]),  # in batch order, as the rows the caller kept
     )

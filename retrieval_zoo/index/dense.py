@@ -7,14 +7,14 @@ devices. Indexes that need training (IVF, PQ) are trained once, on the first sha
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import ClassVar
 
 import faiss
 import numpy as np
 import torch
 
-from retrieval_zoo.batching import PLAIN_QUERIES, QueryPrep, encode_all, encode_payload
+from retrieval_zoo.batching import PLAIN_QUERIES, QueryPrep, Texts, encode_all, encode_payload
 from retrieval_zoo.data.collections import Collection
 from retrieval_zoo.data.formats import Run
 from retrieval_zoo.id_index import IdIndex
@@ -24,7 +24,7 @@ from retrieval_zoo.index.shards import CorpusShards, Payload
 from retrieval_zoo.lexical.bm25 import BM25
 from retrieval_zoo.retriever import Retriever
 
-VectorShard = tuple[list[str], np.ndarray]
+VectorShard = tuple[Sequence[str] | range, np.ndarray]
 
 
 class FaissIndex:
@@ -47,11 +47,11 @@ class FaissIndex:
         self._gpu_resources: list = []
         self._rows: IdIndex | None = None  # docid → row over all shards, for candidate_scores (built on first use)
 
-    def build(self, vectors: np.ndarray, docids: list[str]) -> FaissIndex:
+    def build(self, vectors: np.ndarray, docids: Sequence[str] | range) -> FaissIndex:
         """Index ``vectors`` (n, dim) whose rows belong to ``docids``, as one shard."""
-        return self.build_sharded([(list(docids), vectors)])
+        return self.build_sharded([(docids, vectors)])
 
-    def build_sharded(self, shards: list[VectorShard]) -> FaissIndex:
+    def build_sharded(self, shards: Sequence[VectorShard]) -> FaissIndex:
         """Index each (document ids, (n, dim) vectors) shard on its own; search merges the shards' top k."""
         shards = [(docids, np.ascontiguousarray(vectors, dtype=np.float32)) for docids, vectors in shards]
         for docids, vectors in shards:
@@ -80,7 +80,7 @@ class FaissIndex:
         if len(self._parts) == 1:
             self.index = self._parts[0]
         else:
-            self.index = faiss.IndexShards(dim, bool(gpus), True)  # threaded on GPUs; successive ids
+            self.index = faiss.IndexShards(dim, bool(gpus), True)  # type: ignore[call-arg]  # SWIG overload: threaded, successive ids
             for part in self._parts:
                 self.index.add_shard(part)
         self.docids = np.concatenate([np.asarray(docids, dtype=str) for docids, _ in shards])
@@ -194,7 +194,7 @@ class DenseRetriever(Retriever):
         return self.index.candidate_scores(self.encode_queries(queries), list(queries), candidates)
 
 
-def vectors_payload(method: OffersVectors, texts: list[str]) -> Payload:
+def vectors_payload(method: OffersVectors, texts: Texts) -> Payload:
     """``vectors``: (n, dim) float32 document vectors of ``texts`` by the method's ``encode_doc``."""
     return encode_payload(lambda batch: {"vectors": method.encode_doc(batch)}, texts, method.encode_batch_size, "docs")
 
@@ -221,7 +221,7 @@ class Faiss(EncodingIndex[OffersVectors]):
         """An empty :class:`FaissIndex` with these settings."""
         return FaissIndex(self.factory, self.use_gpu, self.nprobe, self.train_size)
 
-    def corpus_payload(self, method: OffersVectors, texts: list[str]) -> Payload:
+    def corpus_payload(self, method: OffersVectors, texts: Texts) -> Payload:
         """The documents' vectors."""
         return vectors_payload(method, texts)
 

@@ -9,13 +9,14 @@ query values, which is how evaluation reports the lexical and [CLS] components.
 
 from __future__ import annotations
 
+from abc import abstractmethod
 from collections.abc import Callable
 
 import numpy as np
 import torch
 from tqdm import tqdm
 
-from retrieval_zoo.batching import PLAIN_QUERIES, Prepare, QueryPrep, prepared_batches
+from retrieval_zoo.batching import PLAIN_QUERIES, Item, Prepare, QueryPrep, prepared_batches
 from retrieval_zoo.data.formats import Run
 from retrieval_zoo.index.dlr import Slicing, densify, explain, hybrid
 from retrieval_zoo.index.gip import GipIndex
@@ -23,7 +24,7 @@ from retrieval_zoo.index.shards import CorpusShards, Payload, merge_topk
 from retrieval_zoo.retriever import Retriever
 from retrieval_zoo.term_matrix import row_range
 
-PartEncoder = Callable[[list[str]], tuple[torch.Tensor, torch.Tensor | None]]
+PartEncoder = Callable[[Item], tuple[torch.Tensor, torch.Tensor | None]]
 
 
 def densify_parts(
@@ -36,7 +37,9 @@ def densify_parts(
     return (*hybrid(values, indices, cls.float().cpu().numpy(), lam), cls.shape[1])
 
 
-def represent_shard(payload: Payload, slicing: Slicing, lam: float, batch_size: int) -> tuple[np.ndarray, ...]:
+def represent_shard(
+    payload: Payload, slicing: Slicing, lam: float, batch_size: int
+) -> tuple[np.ndarray, np.ndarray, int]:
     """(n, M [+ c]) float16 values and indices of a shard's ``lexical`` (and ``cls``) vectors, and c."""
     lexical, cls = payload["lexical"], payload.get("cls")
     parts = [densify_parts(row_range(lexical, i, i + batch_size), None if cls is None else cls[i : i + batch_size],
@@ -71,25 +74,30 @@ def represent(
     Returns:
         (n, M [+ c]) float16 values, (n, M [+ c]) indices, and the number of [CLS] dimensions c.
     """
-    values, indices, cls_dims = None, None, 0
+    filled: tuple[np.ndarray, np.ndarray] | None = None
+    cls_dims = 0
     for batch, texts in prepared_batches(items, batch_size, lengths, prepare, desc):
         part_values, part_indices, cls_dims = densify_parts(*encode(texts), slicing, lam)
-        if values is None:
-            values = np.empty((len(items), part_values.shape[1]), dtype=np.float16)
-            indices = np.empty((len(items), part_values.shape[1]), dtype=part_indices.dtype)
-        values[batch], indices[batch] = part_values, part_indices
-    if values is None:
+        if filled is None:
+            shape = (len(items), part_values.shape[1])
+            filled = np.empty(shape, dtype=np.float16), np.empty(shape, dtype=part_indices.dtype)
+        filled[0][batch], filled[1][batch] = part_values, part_indices
+    if filled is None:
         raise ValueError("nothing to densify")
-    return values, indices, cls_dims
+    return filled[0], filled[1], cls_dims
 
 
 class PartSearch(Retriever):
     """A lexical part and an optional [CLS] part, each searchable alone: shared by the DLR/DHR and exact retrievers.
 
-    Subclasses implement ``search(queries, k, part=None, weight=None)``.
+    Subclasses implement :meth:`search`, with a ``part`` and a ``weight``.
     """
 
     parts = ("lexical", "semantic")
+
+    @abstractmethod
+    def search(self, queries: dict[str, str], k: int, part: str | None = None, weight: float | None = None) -> Run:
+        """The top ``k`` of the fused score, or of one ``part`` alone; ``weight``: the [CLS] part's, for this call."""
 
     def check_part(self, part: str | None, has_semantic: bool) -> None:
         """Raise on a ``part`` this retriever does not have (``semantic`` needs a [CLS] part)."""

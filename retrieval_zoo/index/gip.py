@@ -148,7 +148,7 @@ class GipIndex:
         """(Q, K′) candidate rows of a query batch."""
         if name == "inner_product":
             if self._flat is None:
-                self._flat = FaissIndex("Flat").build(self.values.float().cpu().numpy(), list(range(len(self.docids))))
+                self._flat = FaissIndex("Flat").build(self.values.float().cpu().numpy(), range(len(self.docids)))
             batch = all_values[start : start + q_values.shape[0]].astype(np.float32)
             return torch.from_numpy(self._flat.search_rows(batch, depth)[1]).to(self.device)
         if self.batched_first_stage:

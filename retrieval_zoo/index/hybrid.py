@@ -5,11 +5,12 @@ from __future__ import annotations
 import typing
 from typing import ClassVar, Literal
 
+from retrieval_zoo.batching import Texts
 from retrieval_zoo.bounds import require_choice
 from retrieval_zoo.data.collections import Collection
 from retrieval_zoo.data.formats import Run, top_k
 from retrieval_zoo.evaluation import Measure
-from retrieval_zoo.index.base import EncodingIndex
+from retrieval_zoo.index.base import TENTHS_TO_TWO, EncodingIndex
 from retrieval_zoo.index.dense import DenseRetriever, Faiss
 from retrieval_zoo.index.fusion import complete, interpolate, union_gaps
 from retrieval_zoo.index.representations import OffersVectors
@@ -123,7 +124,7 @@ class Union(EncodingIndex[OffersVectors]):
         self,
         weighted: Part = "semantic",
         weight: float = 1.0,
-        weight_grid: tuple[float, ...] = tuple(round(0.1 * i, 1) for i in range(21)),
+        weight_grid: tuple[float, ...] = TENTHS_TO_TWO,
         tune_measure: Measure = "MAP@1000",
         depth: int = 1000,
         factory: str = "Flat",
@@ -135,7 +136,7 @@ class Union(EncodingIndex[OffersVectors]):
         self.weighted, self.weight, self.depth, self.union_scores = weighted, weight, depth, union_scores
         self.dense = Faiss(factory)
 
-    def corpus_payload(self, method: OffersVectors, texts: list[str]) -> Payload:
+    def corpus_payload(self, method: OffersVectors, texts: Texts) -> Payload:
         """The documents' vectors (the dense side)."""
         return self.dense.corpus_payload(method, texts)
 

@@ -47,6 +47,8 @@ def scan(shards: CorpusShards, discard: int, levels: int) -> tuple[float, torch.
         term_max = shard_max if term_max is None else torch.maximum(term_max, shard_max)
         if payload.get("cls") is not None:
             cls_parts.append(payload["cls"])
+    if term_max is None:
+        raise ValueError("the corpus has no shards: nothing to index")
     largest = float(term_max.max())
     if largest <= 0:
         raise ValueError("the corpus has no positive term weight: nothing to index")
@@ -129,22 +131,25 @@ class ImpactRetriever(PartSearch):
         encoded = encode_payload(encode, texts, self.batch_size, f"encode queries ({self.name})",
                                  self.queries.lengths(texts), self.queries.prepare)  # fmt: skip
         lexical, cls = columns_from(encoded["lexical"], self.discard), encoded.get("cls")
+        doc_cls = self.cls if part != "lexical" else None  # the [CLS] parts, when this search fuses them
+        query_cls = cls if doc_cls is not None else None
         if part == "semantic":
-            return self._semantic(qids, cls, k)
-        fused = self.cls is not None and part != "lexical"
+            if doc_cls is None or query_cls is None:
+                raise ValueError(f"{self.name}: the queries were encoded without a [CLS] part")
+            return self._semantic(qids, query_cls, doc_cls, k)
         run: Run = {}
-        hits = self.lexical_hits(lexical, max(k, self.candidates) if fused else k)
+        hits = self.lexical_hits(lexical, max(k, self.candidates) if query_cls is not None else k)
         for row, (qid, (rows, scores)) in enumerate(zip(qids, hits, strict=True)):
-            if fused and len(rows):
-                scores = scores + weight * (self.cls[rows] @ cls[row]).double().numpy()
+            if doc_cls is not None and query_cls is not None and len(rows):
+                scores = scores + weight * (doc_cls[rows] @ query_cls[row]).double().numpy()
                 keep = np.argsort(-scores, kind="stable")[:k]
                 rows, scores = rows[keep], scores[keep]
             run[qid] = {self.docids[r]: float(s) for r, s in zip(rows.tolist(), scores.tolist(), strict=True)}
         return run
 
-    def _semantic(self, qids: list[str], cls: torch.Tensor, k: int) -> Run:
+    def _semantic(self, qids: list[str], cls: torch.Tensor, doc_cls: torch.Tensor, k: int) -> Run:
         """The exact top ``k`` by <q_cls, d_cls>."""
-        top_scores, rows = (cls @ self.cls.T).topk(min(k, len(self.docids)), dim=1)
+        top_scores, rows = (cls @ doc_cls.T).topk(min(k, len(self.docids)), dim=1)
         return {qid: {self.docids[r]: s for r, s in zip(row_ids, row_scores, strict=True)}
                 for qid, row_scores, row_ids in zip(qids, top_scores.tolist(), rows.tolist(), strict=True)}  # fmt: skip
 

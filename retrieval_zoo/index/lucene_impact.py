@@ -64,8 +64,11 @@ class LuceneImpactRetriever(ImpactRetriever):
     ) -> None:  # fmt: skip
         super().__init__(encode_query, shards, lam, discard, doc_levels, candidates, batch_size, queries)
         self.query_levels, self.threads = query_levels, threads or os.cpu_count() or 1
-        self._folder = tempfile.TemporaryDirectory(prefix="retrieval_zoo-impact-") if folder is None else None
-        root = Path(folder or self._folder.name)
+        self._folder: tempfile.TemporaryDirectory[str] | None = None  # removed with the retriever
+        if folder is None:
+            self._folder = tempfile.TemporaryDirectory(prefix="retrieval_zoo-impact-")
+            folder = self._folder.name
+        root = Path(folder)
         documents, self.index_dir = root / "documents", root / "index"
         documents.mkdir(parents=True, exist_ok=True)
         with open(documents / "impacts.jsonl", "w", encoding="utf-8") as out:

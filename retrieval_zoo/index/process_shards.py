@@ -18,14 +18,18 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
+from typing import TypeVar
 
 import torch
 import torch.distributed as dist
 
+from retrieval_zoo.data.formats import Run
 from retrieval_zoo.distributed import collective_device, gather_rows, row_counts, world
 
 STOP = "stop"
 _SPLIT = ContextVar("split_over_processes", default=False)
+
+T = TypeVar("T")
 
 
 @contextmanager
@@ -82,7 +86,7 @@ def merge_rows(scores: torch.Tensor, rows: torch.Tensor, k: int) -> tuple[torch.
     return scores.gather(1, best), rows.gather(1, best)
 
 
-def rank_zeros(value: object) -> object:
+def rank_zeros(value: T) -> T:
     """Rank 0's ``value`` on every rank of a split index (so that all batch the same queries alike)."""
     if split_world()[1] == 1:
         return value
@@ -96,8 +100,9 @@ def gather_topk(scores: torch.Tensor, rows: torch.Tensor, k: int) -> tuple[torch
     if split_world()[1] == 1:
         return merge_rows(scores, rows, k)
     device, sizes = scores.device, row_counts(scores.shape[1])  # candidates may differ between ranks
-    columns = [gather_rows(t.to(collective_device()).t().contiguous(), sizes)[0].t() for t in (scores, rows)]
-    merged = merge_rows(*columns, k)
+    gathered_scores, gathered_rows = (gather_rows(t.to(collective_device()).t().contiguous(), sizes)[0].t()
+                                      for t in (scores, rows))  # fmt: skip
+    merged = merge_rows(gathered_scores, gathered_rows, k)
     return merged[0].to(device), merged[1].to(device)
 
 
@@ -111,10 +116,10 @@ class ShardedSearch:
             the same collective calls in the same order, as they search the same queries the same way).
     """
 
-    def __init__(self, search: Callable[[dict[str, str], int], object]) -> None:
+    def __init__(self, search: Callable[[dict[str, str], int], Run]) -> None:
         self._search, self.split = search, split_world()[1] > 1
 
-    def search(self, queries: dict[str, str], k: int) -> object:
+    def search(self, queries: dict[str, str], k: int) -> Run:
         """On rank 0: the answer for ``queries`` (the other ranks search with it)."""
         if not self.split:
             return self._search(queries, k)

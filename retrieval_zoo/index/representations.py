@@ -21,7 +21,7 @@ from typing import Any, Protocol, runtime_checkable
 
 import torch
 
-from retrieval_zoo.batching import PLAIN_QUERIES, QueryPrep, Texts
+from retrieval_zoo.batching import PLAIN_QUERIES, Item, QueryPrep, Texts
 from retrieval_zoo.data.collections import Collection
 from retrieval_zoo.encoder import Encoder
 from retrieval_zoo.index.shards import Payload
@@ -68,7 +68,8 @@ class TermEncoder:
     """What a ``term_weights`` method hands to these indexes (``method.term_encoder(collection, bm25)``).
 
     Args:
-        encode_queries: (n,) query texts → (n, |V|) lexical vectors (dense or CSR) and (n, c) [CLS] vectors or None.
+        encode_queries: (n,) query texts or their tokens → (n, |V|) lexical vectors (dense or CSR) and (n, c) [CLS]
+            vectors or None.
         encode_docs: (n,) document ids → ``lexical`` (n, |V|), dense or CSR, and, with a [CLS] part, ``cls`` (n, c)
             float32 tensors.
         vocab_size: |V|.
@@ -79,7 +80,7 @@ class TermEncoder:
         queries: How query texts are batched (``method.query_prep()``): by their length in tokens, tokens ahead.
     """
 
-    encode_queries: Callable[[list[str]], tuple[torch.Tensor, torch.Tensor | None]]
+    encode_queries: Callable[[Item], tuple[torch.Tensor, torch.Tensor | None]]
     encode_docs: Callable[[list[str]], Payload]
     vocab_size: int
     discard: int

@@ -159,9 +159,11 @@ class Seismic(TermIndex):
         if min(n_postings, doc_cut, query_cut, max_doc_terms) < 1:
             raise ValueError(f"index.n_postings, index.doc_cut, index.query_cut and index.max_doc_terms must be at "
                              f"least 1, not {n_postings}, {doc_cut}, {query_cut}, {max_doc_terms}")  # fmt: skip
-        self.settings = {"n_postings": n_postings, "centroid_fraction": centroid_fraction, "doc_cut": doc_cut,
-                         "summary_energy": summary_energy, "query_cut": query_cut, "heap_factor": heap_factor,
-                         "max_doc_terms": max_doc_terms, "candidates": candidates, "threads": threads}  # fmt: skip
+        self.settings: dict[str, Any] = {
+            "n_postings": n_postings, "centroid_fraction": centroid_fraction, "doc_cut": doc_cut,
+            "summary_energy": summary_energy, "query_cut": query_cut, "heap_factor": heap_factor,
+            "max_doc_terms": max_doc_terms, "candidates": candidates, "threads": threads,
+        }  # fmt: skip
 
     def build(
         self, method: OffersTermWeights, collection: Collection, bm25: BM25, shards: CorpusShards | None = None

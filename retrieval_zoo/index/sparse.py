@@ -108,7 +108,7 @@ class SparseRetriever(PartSearch):
             scores = torch.zeros(len(self.docids), len(qids[start : start + step]), device=self.device)
             if part != "semantic":
                 scores += self.docs @ dense_rows(lexical, start, start + step).T.to(self.device)
-            if part != "lexical" and self.cls is not None:
+            if part != "lexical" and self.cls is not None and cls is not None:
                 scores += weight * (self.cls @ cls[start : start + step].T.to(self.device))
             top_scores, rows = scores.T.topk(min(k, len(self.docids)), dim=1)
             for qid, row_scores, row_ids in zip(qids[start:], top_scores.tolist(), rows.tolist(), strict=False):

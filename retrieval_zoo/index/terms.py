@@ -15,7 +15,7 @@ from typing import Any, ClassVar
 
 import torch
 
-from retrieval_zoo.batching import encode_payload
+from retrieval_zoo.batching import Item, encode_payload
 from retrieval_zoo.bounds import require_choice
 from retrieval_zoo.data.collections import Collection
 from retrieval_zoo.data.corpus_store import corpus_ids
@@ -50,7 +50,7 @@ def encoder_term_weights(
     if encoder is None:
         raise TypeError(f"{type(method).__name__} has no encoder to give term weights")
 
-    def encode_queries(texts: list[str]) -> tuple[torch.Tensor, torch.Tensor | None]:
+    def encode_queries(texts: Item) -> tuple[torch.Tensor, torch.Tensor | None]:
         return parts(*encoder.tokenize(texts, "query"))
 
     def doc_parts(batch: Any) -> dict[str, torch.Tensor | None]:
@@ -62,7 +62,10 @@ def encoder_term_weights(
     def encode_docs(docids: list[str]) -> Payload:
         return encode_payload(doc_parts, texts(docids), method.encode_batch_size, "docs")
 
-    return TermEncoder(encode_queries, encode_docs, method.vocab_size, discard, encoder.tokenizer.convert_ids_to_tokens,
+    def terms(ids: list[int]) -> list[str]:
+        return list(encoder.tokenizer.convert_ids_to_tokens(ids))
+
+    return TermEncoder(encode_queries, encode_docs, method.vocab_size, discard, terms,
                        weight, method.encode_batch_size, method.query_prep())  # fmt: skip
 
 

@@ -42,7 +42,7 @@ class SparseRows:
         columns: term → its column; a term without one matches nothing and is not stored.
     """
 
-    def __init__(self, bags: list[Mapping[str, float]], columns: Mapping[str, int]) -> None:
+    def __init__(self, bags: Sequence[Mapping[str, float]], columns: Mapping[str, int]) -> None:
         pairs = [[(columns[t], w) for t, w in bag.items() if t in columns] for bag in bags]
         self.offsets = torch.tensor([0] + [len(row) for row in pairs]).cumsum(0)  # (n + 1,)
         self.columns = torch.tensor([c for row in pairs for c, _ in row], dtype=torch.long)  # (nnz,)

@@ -54,7 +54,7 @@ class Optim:
         if decay not in ("constant", "linear", "halve"):
             raise ValueError(f"optim.decay must be 'constant', 'linear' or 'halve', not {decay!r}")
         self.lr, self.weight_decay, self.warmup_steps, self.decay = lr, weight_decay, warmup_steps, decay
-        self.betas, self.halve_after_epochs = tuple(betas), halve_after_epochs
+        self.betas, self.halve_after_epochs = (float(betas[0]), float(betas[1])), halve_after_epochs
 
     def factor(self, step: int, total_steps: int, steps_per_epoch: int | None = None) -> float:
         """Learning-rate multiplier at global step ``step`` of ``total_steps``."""
@@ -85,7 +85,7 @@ class RetrievalMethod(L.LightningModule):
         val_k: Depth of validation retrieval; R@val_k is logged beside MRR@10.
     """
 
-    needs: ClassVar[frozenset[str]] = frozenset()
+    needs: frozenset[str] = frozenset()  # a class's default; a method whose fields depend on its settings sets its own
     trainable: ClassVar[bool] = True
     representations: ClassVar[tuple[str, ...]] = ()
 
@@ -98,6 +98,8 @@ class RetrievalMethod(L.LightningModule):
     @property
     def encode_batch_size(self) -> int:
         """Texts per forward pass when an index encodes many."""
+        if self.encoder is None:
+            raise TypeError(f"{type(self).__name__} has no encoder: it encodes nothing")
         return self.encoder.batch_size
 
     # --- what a method supplies -------------------------------------------------------------------------
@@ -203,12 +205,13 @@ class RetrievalMethod(L.LightningModule):
         self.log(f"{name}/std", values.std() if values.numel() > 1 else values.new_zeros(()), batch_size=batch_size)
         for q, value in zip(QUANTILES, torch.quantile(values, values.new_tensor(QUANTILES)), strict=True):
             self.log(f"{name}/p{round(q * 100)}", value, batch_size=batch_size)
-        if self.trainer.global_step % self.trainer.log_every_n_steps == 0:
+        if self.trainer.global_step % self.trainer.log_every_n_steps == 0:  # type: ignore[attr-defined]  # Trainer's property
             log_histogram(self.loggers, name, values, self.trainer.global_step)
 
-    def configure_optimizers(self) -> dict:
+    def configure_optimizers(self) -> dict:  # type: ignore[override]  # Lightning's OptimizerLRSchedulerConfig dict
         """AdamW (no decay on biases and LayerNorm) with the step-wise schedule of :class:`Optim`."""
-        decay, no_decay = [], []
+        decay: list[torch.nn.Parameter] = []
+        no_decay: list[torch.nn.Parameter] = []
         for name, param in self.named_parameters():
             if param.requires_grad:
                 (no_decay if param.ndim < 2 or "LayerNorm" in name else decay).append(param)

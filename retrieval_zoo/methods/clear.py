@@ -14,15 +14,13 @@ Paper choices are the defaults: raw BM25 scores in the margin, ξ = 1, λ_train 
 
 from __future__ import annotations
 
-from typing import ClassVar
-
 import torch
 
 from retrieval_zoo.encoder import Encoder
 from retrieval_zoo.losses import MarginNormalization, check_margin_normalization, residual_hinge, residual_margin
 from retrieval_zoo.methods.base import Optim
 from retrieval_zoo.methods.dense import DenseBiEncoder
-from retrieval_zoo.training.datamodule import TrainBatch
+from retrieval_zoo.training.datamodule import TrainBatch, required
 
 
 class CLEAR(DenseBiEncoder):
@@ -38,7 +36,7 @@ class CLEAR(DenseBiEncoder):
         val_k: Validation retrieval depth.
     """
 
-    needs: ClassVar[frozenset[str]] = frozenset({"bm25_scores"})
+    needs: frozenset[str] = frozenset({"bm25_scores"})
 
     def __init__(
         self,
@@ -51,7 +49,8 @@ class CLEAR(DenseBiEncoder):
     ) -> None:
         super().__init__(encoder, optim, in_batch_negatives=False, val_k=val_k)
         self.xi, self.lambda_train = xi, lambda_train
-        self.margin_normalization = check_margin_normalization(margin_normalization)  # fail at construction
+        check_margin_normalization(margin_normalization)  # fail at construction
+        self.margin_normalization = margin_normalization
 
     def losses(self, batch: TrainBatch) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]:
         """Residual-margin hinge (Eq. 6–7) over each query's (positive, negative) pairs, plus margin diagnostics."""
@@ -59,7 +58,7 @@ class CLEAR(DenseBiEncoder):
         q = self.encode_query(batch.query_input)
         d = self.encode_doc(batch.doc_input).view(size, group, -1)
         emb = torch.einsum("bh,bgh->bg", q, d)  # s_emb (Eq. 4) of each query with its own group
-        lex = batch.bm25_scores.to(emb.dtype)
+        lex = required(batch.bm25_scores, "bm25_scores").to(emb.dtype)
         margin = residual_margin(lex[:, 0], lex[:, 1:], self.xi, self.lambda_train, self.margin_normalization)
         loss = residual_hinge(emb[:, 0], emb[:, 1:], margin)
         diagnostics = {

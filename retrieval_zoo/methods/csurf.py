@@ -42,7 +42,7 @@ from retrieval_zoo.losses import (
 from retrieval_zoo.methods.base import Optim, RetrievalMethod
 from retrieval_zoo.rows import take_rows
 from retrieval_zoo.tokens import Tokens
-from retrieval_zoo.training.datamodule import TrainBatch
+from retrieval_zoo.training.datamodule import TrainBatch, required
 
 Similarity = Literal["cosine", "dot"]
 
@@ -68,6 +68,8 @@ class CSurF(RetrievalMethod):
     """
 
     representations: ClassVar[tuple[str, ...]] = ("csf_bags", "term_weights")
+    encoder: Encoder  # always one here (the base allows None for BM25)
+    special_ids: torch.Tensor  # a buffer
 
     def __init__(
         self,
@@ -160,7 +162,7 @@ class CSurF(RetrievalMethod):
         }
         group_scores = own_group(scores, group, first)  # (B, G)
         if self.kd_weight > 0:
-            teacher = batch.teacher_scores.to(scores.device)
+            teacher = required(batch.teacher_scores, "teacher_scores").to(scores.device)
             losses["kd"] = self.kd_weight * kl_distillation(group_scores, teacher, self.kd_direction)  # L_KL, §3.5
         diagnostics = {
             "accuracy": accuracy,

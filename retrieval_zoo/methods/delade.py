@@ -28,7 +28,7 @@ from retrieval_zoo.methods.base import Optim
 from retrieval_zoo.methods.dense import DenseBiEncoder
 from retrieval_zoo.teachers import Teacher
 from retrieval_zoo.tokens import Tokens
-from retrieval_zoo.training.datamodule import TrainBatch
+from retrieval_zoo.training.datamodule import TrainBatch, required
 
 
 class DeLADE(DenseBiEncoder):
@@ -54,6 +54,7 @@ class DeLADE(DenseBiEncoder):
     """
 
     representations: ClassVar[tuple[str, ...]] = ("term_weights", "vectors")
+    teacher: Teacher | None  # kept out of the module's parameters (see __init__)
 
     def __init__(
         self,
@@ -117,7 +118,7 @@ class DeLADE(DenseBiEncoder):
         losses, split = {"nll": nll}, self.vocab_size
         student, teacher = self.distillation_scores(q, d, batch)
         for name, weight in self.kd_weights.items():
-            if weight > 0:
+            if weight > 0 and teacher is not None:  # a teacher whenever a KD weight is set
                 losses[name] = weight * kl_distillation(student[name], teacher)
         group = len(batch.docids[0])
         d = d.view(len(batch.qids), group, -1)
@@ -152,14 +153,14 @@ class DeLADE(DenseBiEncoder):
             return {}, None
         split, size, group = self.vocab_size, len(batch.qids), len(batch.docids[0])
         if self.teacher is not None and self.in_batch_negatives:  # every document of the batch: (B, B·G)
-            teacher = self.teacher.scores(batch.queries, batch.docs, q.device)
+            teacher = self.teacher.scores(required(batch.queries, "queries"), required(batch.docs, "docs"), q.device)
             student = {"kd": q @ d.T, "kd_lexical": q[:, :split] @ d[:, :split].T}
         else:  # the query's own group: (B, G)
             if self.teacher is not None:  # B·G pairs, not the B²·G of the whole batch
-                paired = [text for text in batch.queries for _ in range(group)]
-                teacher = self.teacher.pair_scores(paired, batch.docs, q.device).view(size, group)
+                paired = [text for text in required(batch.queries, "queries") for _ in range(group)]
+                teacher = self.teacher.pair_scores(paired, required(batch.docs, "docs"), q.device).view(size, group)
             else:
-                teacher = batch.teacher_scores.to(q.device)
+                teacher = required(batch.teacher_scores, "teacher_scores").to(q.device)
             grouped = d.view(size, group, -1)
             student = {
                 "kd": torch.einsum("bh,bgh->bg", q, grouped),

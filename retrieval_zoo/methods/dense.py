@@ -35,6 +35,7 @@ class DenseBiEncoder(RetrievalMethod):
     """
 
     representations: ClassVar[tuple[str, ...]] = ("vectors",)
+    encoder: Encoder  # always one here (the base allows None for BM25)
 
     def __init__(
         self,

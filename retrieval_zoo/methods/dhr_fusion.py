@@ -14,7 +14,7 @@ from typing import ClassVar, Literal
 
 import torch
 
-from retrieval_zoo.batching import encode_payload, read
+from retrieval_zoo.batching import Item, Texts, encode_payload, read
 from retrieval_zoo.bounds import require_choice
 from retrieval_zoo.data.collections import Collection
 from retrieval_zoo.data.corpus_store import corpus_ids
@@ -27,10 +27,24 @@ from retrieval_zoo.lexical.bm25_rows import document_rows
 from retrieval_zoo.lexical.sparse_rows import SparseRows
 from retrieval_zoo.lexical.splade import splade_vectors
 from retrieval_zoo.methods.base import RetrievalMethod
+from retrieval_zoo.methods.dense import DenseBiEncoder
 from retrieval_zoo.term_matrix import to_csr
-from retrieval_zoo.tokens import TokenizedBatch, Tokens
+from retrieval_zoo.tokens import CachedTexts, TokenizedBatch, Tokens
 
 LexicalSide = Literal["bm25", "splade"]
+
+
+def cached_tokens(texts: Texts) -> Tokens:
+    """The padded tokens of cached texts (an encoder's token cache), which these encoders read."""
+    tokens = read(texts)
+    if not isinstance(tokens, Tokens):
+        raise TypeError("expected the corpus's cached tokens, got texts")
+    return tokens
+
+
+def text_lengths(texts: Texts) -> list[int]:
+    """Each text's length: in tokens for cached texts, else in characters."""
+    return texts.lengths if isinstance(texts, CachedTexts) else [len(text) for text in texts]
 
 
 def bag_rows(bags: list[dict[str, float]], vocabulary: dict[str, int]) -> torch.Tensor:
@@ -56,7 +70,7 @@ class DhrFusion(RetrievalMethod):
         self,
         lexical: LexicalSide = "bm25",
         encoder: Encoder | None = None,
-        dense: RetrievalMethod | None = None,
+        dense: DenseBiEncoder | None = None,
         dense_checkpoint: str | None = None,
         encode_batch_size: int = 256,
     ) -> None:
@@ -74,7 +88,7 @@ class DhrFusion(RetrievalMethod):
         """Texts per forward pass."""
         return self._batch_size
 
-    def _semantic(self, texts: list[str] | Tokens, query: bool) -> torch.Tensor | None:
+    def _semantic(self, texts: Item, query: bool) -> torch.Tensor | None:
         if self.dense is None:
             return None
         return (self.dense.encode_query if query else self.dense.encode_doc)(texts)
@@ -92,43 +106,55 @@ class DhrFusion(RetrievalMethod):
             doc_rows, words = document_rows(bm25, saturation_only=True)
             vocabulary = {term: i for i, term in enumerate(words)}
 
-            def lexical_queries(texts: list[str]) -> torch.Tensor:
-                return bag_rows(bm25.query_idf(texts), vocabulary)
+            def lexical_queries(texts: Item) -> torch.Tensor:
+                if isinstance(texts, Tokens):
+                    raise TypeError("BM25's query vectors are read from the query texts, not from tokens")
+                return bag_rows(bm25.query_idf(list(texts)), vocabulary)
 
-            def lexical_docs(ids: list[str]) -> torch.Tensor:
+            def lexical_docs(ids: Item) -> torch.Tensor:
+                if isinstance(ids, Tokens):
+                    raise TypeError("BM25's document rows are read by document id, not from tokens")
                 rows = torch.from_numpy(docids.known_rows(list(ids), "the corpus"))
                 return doc_rows.csr(rows, len(words))
 
             vocab_size, discard = len(vocabulary), 0
-            terms = lambda ids: [words[i] for i in ids]  # noqa: E731
+
+            def terms(ids: list[int]) -> list[str]:
+                return [words[i] for i in ids]
         else:
+            splade = self.encoder
+            if splade is None:
+                raise ValueError("lexical=splade needs an encoder with its MLM head")
 
-            def lexical_queries(texts: list[str]) -> torch.Tensor:
-                return to_csr(splade_vectors(self.encoder.model, *self.encoder.tokenize(texts, "query")))
+            def lexical_queries(texts: Item) -> torch.Tensor:
+                return to_csr(splade_vectors(splade.model, *splade.tokenize(texts, "query")))
 
-            def lexical_docs(ids: TokenizedBatch) -> torch.Tensor:
-                return to_csr(splade_vectors(self.encoder.model, *self.encoder.tokenize(ids, "doc")))
+            def lexical_docs(ids: Item) -> torch.Tensor:
+                return to_csr(splade_vectors(splade.model, *splade.tokenize(ids, "doc")))
 
-            vocab_size, discard = self.encoder.vocab_size, BERT_DISCARD
-            terms = self.encoder.tokenizer.convert_ids_to_tokens
+            vocab_size, discard = splade.vocab_size, BERT_DISCARD
+
+            def terms(ids: list[int]) -> list[str]:
+                return list(splade.tokenizer.convert_ids_to_tokens(ids))
 
         dense_encoder = self.dense.encoder if self.dense is not None else None
-        encoders = [(e, texts) for e, texts in ((self.encoder, splade_texts), (dense_encoder, dense_texts)) if texts]
+        encoders = [(e, texts) for e, texts in ((self.encoder, splade_texts), (dense_encoder, dense_texts))
+                    if e is not None and texts is not None]  # fmt: skip
 
         def prepare_docs(ids: list[str]) -> TokenizedBatch:  # each encoder's cached tokens, gathered ahead
-            return TokenizedBatch(ids, {encoder.token_key: read(texts(ids)) for encoder, texts in encoders})
+            return TokenizedBatch(ids, {encoder.token_key: cached_tokens(texts(ids)) for encoder, texts in encoders})
 
-        def encode_docs(ids: TokenizedBatch) -> dict[str, torch.Tensor | None]:  # ids: the encoders read the tokens
-            if len(ids.tokens) != len(encoders):
+        def encode_docs(ids: Item) -> dict[str, torch.Tensor | None]:  # ids: the encoders read the tokens
+            if not isinstance(ids, TokenizedBatch) or len(ids.tokens) != len(encoders):
                 raise ValueError("document ids reached the encoders without their tokens (prepare_docs)")
             return {"lexical": lexical_docs(ids), "cls": self._semantic(ids, query=False) if dense_texts else None}
 
         def encode_shard(ids: list[str]) -> Payload:  # batches by the texts' length in tokens, not the ids'
             tokenized = splade_texts or dense_texts
-            lengths = tokenized(ids).lengths if tokenized else [len(corpus[d]) for d in ids]
+            lengths = text_lengths(tokenized(ids)) if tokenized else [len(corpus[d]) for d in ids]
             return encode_payload(encode_docs, ids, self.encode_batch_size, "docs", lengths, prepare_docs)
 
-        def encode_queries(texts: list[str]) -> tuple[torch.Tensor, torch.Tensor | None]:
+        def encode_queries(texts: Item) -> tuple[torch.Tensor, torch.Tensor | None]:
             return lexical_queries(texts), self._semantic(texts, query=True)
 
         return TermEncoder(encode_queries, encode_shard, vocab_size, discard, terms, 1.0, self.encode_batch_size,

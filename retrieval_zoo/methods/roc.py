@@ -53,7 +53,7 @@ class RoC(DenseBiEncoder):
         lexical_scale: ``paper`` (d_bm25 with Eq. 3's (k1 + 1) factor) or ``lucene`` (Lucene's BM25, without it).
     """
 
-    needs: ClassVar[frozenset[str]] = frozenset({"bm25_vectors"})
+    needs: frozenset[str] = frozenset({"bm25_vectors"})
     representations: ClassVar[tuple[str, ...]] = ("lexical_semantic", "vectors")
 
     def __init__(
@@ -105,6 +105,8 @@ class RoC(DenseBiEncoder):
         q_sem, d_sem = self.encoder.embed(query_ids, query_mask), self.encoder.embed(doc_ids, doc_mask)
         nll, accuracy = self.listwise_nll(q_sem, d_sem, batch)  # Eq. 7 on Score_sem = q_sem·d'_sem
         losses = {"nll": nll}
+        if batch.bm25_query_vectors is None or batch.bm25_doc_vectors is None:
+            raise ValueError("the batch has no BM25 vectors: RoC's needs must name bm25_vectors")
         q_lex, d_lex = self.lexical(batch.bm25_query_vectors), self.lexical(batch.bm25_doc_vectors)
         ortho = orthogonality(q_lex, q_sem, d_lex, d_sem)
         if self.ortho_weight > 0:

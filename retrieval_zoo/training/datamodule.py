@@ -16,7 +16,7 @@ from __future__ import annotations
 import os
 from collections.abc import Callable
 from dataclasses import dataclass, fields, replace
-from typing import Literal
+from typing import Literal, TypeVar
 
 import lightning as L
 import numpy as np
@@ -38,6 +38,16 @@ from retrieval_zoo.training.lookups import PairTable, precompute_fields, restric
 from retrieval_zoo.training.negatives import GroupSampling, ShardedEpochSampler, judged_positives, negative_pool
 
 FIELDS = frozenset({"bm25_scores", "bm25_vectors", "teacher_scores", "texts"})
+
+
+T = TypeVar("T")
+
+
+def required(value: T | None, field: str) -> T:
+    """A batch field the method reads, which the DataModule makes only when the method ``needs`` it."""
+    if value is None:
+        raise ValueError(f"the batch has no {field}: the method reads it, so its ``needs`` must name it")
+    return value
 
 
 @dataclass
