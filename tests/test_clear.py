@@ -4,7 +4,7 @@ import torch
 from retrieval_zoo.index.hybrid import HybridRetriever, Union
 from retrieval_zoo.methods.clear import CLEAR
 from retrieval_zoo.training.datamodule import TrainBatch
-from tests.conftest import CLEAR_MARKERS, clear_encoder
+from tests.conftest import CLEAR_MARKERS, clear_encoder, float32_rounding
 
 
 def test_markers_are_single_added_tokens() -> None:
@@ -24,7 +24,8 @@ def test_embedding_ignores_padding() -> None:
     with torch.inference_mode():
         alone = model.encode_doc(["short text"])
         padded = model.encode_doc(["short text", "a much longer document that forces padding on the first"])
-    assert torch.allclose(alone[0], padded[0], atol=1e-5)
+    # padding changes the batch's GEMM shapes, hence the order of each hidden unit's sums (width 32, 2 layers)
+    assert torch.allclose(alone[0], padded[0], rtol=0, atol=float32_rounding(32 * 2) * float(alone.abs().max()))
 
 
 def test_losses_use_the_bm25_residual() -> None:

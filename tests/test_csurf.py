@@ -14,7 +14,7 @@ from retrieval_zoo.lexical.splade import max_pooled_logits
 from retrieval_zoo.losses import flops, quadratic_warmup
 from retrieval_zoo.methods.csurf import CSurF
 from retrieval_zoo.term_matrix import dense_rows
-from tests.conftest import tiny_encoder
+from tests.conftest import float32_rounding, tiny_encoder
 from tests.conftest import two_query_batch as batch
 
 
@@ -128,8 +128,9 @@ def test_pooled_projection_backward_equals_autograd_through_the_logits() -> None
     fast = torch.autograd.grad((max_pooled_logits(model, ids, mask, chunk=1000)[0] * upstream).sum(), parameters)
     logits = model(input_ids=ids, attention_mask=mask).logits.masked_fill(mask.unsqueeze(-1) == 0, -torch.inf)
     naive = torch.autograd.grad((logits.amax(1) * upstream).sum(), parameters)
-    for fast_grad, naive_grad in zip(fast, naive, strict=True):
-        assert torch.allclose(fast_grad, naive_grad, rtol=1e-4, atol=1e-4)
+    for fast_grad, naive_grad in zip(fast, naive, strict=True):  # sums over up to every (text, id) pair, reordered
+        atol = float32_rounding(upstream.numel()) * float(naive_grad.abs().max())
+        assert torch.allclose(fast_grad, naive_grad, rtol=0, atol=atol)
 
 
 def test_pooled_projection_backward_is_bitwise_repeatable_on_two_threads(two_threads) -> None:

@@ -7,6 +7,7 @@ from retrieval_zoo.batching import encode_payload, length_sorted_batches
 from retrieval_zoo.encoder import cls_pool, mean_pool
 from retrieval_zoo.losses import group_targets, in_batch_accuracy, listwise_nll
 from retrieval_zoo.methods.base import Optim
+from tests.conftest import float32_rounding
 
 
 def test_listwise_nll_by_hand() -> None:
@@ -81,7 +82,8 @@ def test_fast_splade_vectors_equal_the_naive_loop() -> None:
         naive = splade_vectors_naive(model, x["input_ids"], x["attention_mask"])
         fast = splade_vectors(model, x["input_ids"], x["attention_mask"], chunk=1000)
     assert fast.shape == (2, tokenizer.vocab_size) and (fast > 0).any()
-    assert torch.allclose(fast, naive, atol=1e-5)
+    # the chunked projection sums the same 32 products per logit in another order
+    assert torch.allclose(fast, naive, rtol=0, atol=float32_rounding(32) * float(naive.abs().max()))
 
 
 def test_residual_margin_and_hinge_by_hand() -> None:

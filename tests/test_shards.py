@@ -13,7 +13,7 @@ from retrieval_zoo.index.shards import CorpusShards, merge_topk
 from retrieval_zoo.index.terms import Gip
 from retrieval_zoo.methods.delade import DeLADE
 from retrieval_zoo.methods.dense import DenseBiEncoder
-from tests.conftest import tiny_encoder
+from tests.conftest import float32_rounding, tiny_encoder
 
 DOCIDS = ["a", "b", "c", "d", "e"]
 CPU_TRAINER = partial(L.Trainer, accelerator="cpu", devices=1, enable_progress_bar=False)
@@ -87,7 +87,8 @@ def test_encoding_by_lightning_predict_is_cached_and_resumes_from_complete_shard
     assert rank_zero and len(shards) == 3 and shards.missing() == []
     with torch.inference_mode():
         direct = model.encode_doc([tiny.corpus[d] for d in shards.shard_docids(2)])
-    assert torch.allclose(shards.read(2)["vectors"], direct, atol=1e-5)
+    atol = float32_rounding(32 * 2) * float(direct.abs().max())  # other batches: other GEMM shapes, sum orders
+    assert torch.allclose(shards.read(2)["vectors"], direct, rtol=0, atol=atol)
     # A kill after shard 0 and 2 were written: the rerun encodes shard 1 alone, and leaves the others untouched.
     stamps = {s: os.stat(shards.path(s)).st_mtime_ns for s in (0, 2)}
     shards.path(1).unlink()
