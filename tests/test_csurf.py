@@ -113,7 +113,10 @@ def test_grounding_is_the_argmax_over_source_positions() -> None:
     with torch.no_grad():
         maxima, argmax, hidden = max_pooled_logits(model, ids, mask, pool, chunk=1000)
         logits = model(input_ids=ids, attention_mask=mask).logits.masked_fill(pool.unsqueeze(-1) == 0, -torch.inf)
-    assert torch.allclose(maxima, logits.amax(1), atol=1e-5)
+    expected = logits.amax(1)  # chunked GEMMs against the full projection: width 16, another order
+    assert torch.allclose(
+        maxima, expected, rtol=0, atol=float32_rounding(16) * float(expected[expected.isfinite()].abs().max())
+    )
     assert torch.equal(argmax, logits.argmax(1)) and hidden.shape == (3, 7, 16)
 
 
@@ -391,4 +394,5 @@ def export_expansion_weights_as_sparse_encoder(run_dir, tiny_dir, out) -> None:
         ours = dense_rows(bags.term_weights(model.vocab_size))
         encode = st.encode_query if side == "query" else st.encode_document
         theirs = encode(texts, convert_to_tensor=True, batch_size=16).to_dense()
-        assert torch.allclose(theirs, ours, atol=1e-5), (side, float((theirs - ours).abs().max()))
+        atol = float32_rounding(32 * 2) * float(ours.abs().max())  # batches of 16 against ours: other sum orders
+        assert torch.allclose(theirs, ours, rtol=0, atol=atol), (side, float((theirs - ours).abs().max()))

@@ -10,6 +10,7 @@ import pytest
 from retrieval_zoo.export import check_out, upload
 from retrieval_zoo.exported import FORMAT, MANIFEST, manifest
 from retrieval_zoo.model_card import citation, ecosystem_usage, model_card
+from tests.conftest import float32_rounding
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -135,7 +136,8 @@ def same_vectors_in_sentence_transformers(out: Path, tiny_dir: Path) -> None:
             ours = (model.encode_query if side == "query" else model.encode_doc)(texts)
         encode = st.encode_query if side == "query" else st.encode_document
         theirs = encode(texts, convert_to_tensor=True, batch_size=16)
-        assert torch.allclose(theirs, ours, atol=1e-5), (side, float((theirs - ours).abs().max()))
+        atol = float32_rounding(32 * 2) * float(ours.abs().max())  # batches of 16 against ours: other sum orders
+        assert torch.allclose(theirs, ours, rtol=0, atol=atol), (side, float((theirs - ours).abs().max()))
 
 
 @pytest.mark.slow
@@ -159,7 +161,8 @@ def test_splade_tinys_vectors_export_as_a_sparse_encoder(tiny_dir, tmp_path) -> 
             ours = splade_vectors(model.encoder.model, *model.encoder.tokenize(texts, side))
         encode = st.encode_query if side == "query" else st.encode_document
         theirs = encode(texts, convert_to_tensor=True, batch_size=16).to_dense()
-        assert torch.allclose(theirs, ours, atol=1e-5), (side, float((theirs - ours).abs().max()))
+        atol = float32_rounding(32 * 2) * float(ours.abs().max())  # batches of 16 against ours: other sum orders
+        assert torch.allclose(theirs, ours, rtol=0, atol=atol), (side, float((theirs - ours).abs().max()))
     run_app("evaluate.py", f"model_dir={out}", f"hydra.run.dir={tmp_path / 'from_folder'}")
     run_app("evaluate.py", "method=dlr_splade", *tiny_dataset(tiny_dir), f"hydra.run.dir={tmp_path / 'method'}")
     assert (tmp_path / "from_folder" / "run.dev.trec").read_text() == (tmp_path / "method" / "run.dev.trec").read_text()
