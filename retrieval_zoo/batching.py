@@ -65,6 +65,11 @@ def read(texts: Texts) -> list[str] | Tokens:
     return take(texts, list(range(len(texts))))
 
 
+def text_lengths(texts: Texts) -> list[int]:
+    """Each text's length: cached texts carry theirs in tokens; plain texts are measured in characters."""
+    return texts.lengths if isinstance(texts, CachedTexts) else [len(t) for t in texts]
+
+
 def length_sorted_batches(texts: Texts, batch_size: int, lengths: list[int] | None = None) -> list[list[int]]:
     """Indices of ``texts`` in batches of similar length (longest first), so padding is minimal.
 
@@ -72,7 +77,7 @@ def length_sorted_batches(texts: Texts, batch_size: int, lengths: list[int] | No
     texts carry theirs in tokens; plain texts are measured in characters.
     """
     if lengths is None:
-        lengths = texts.lengths if isinstance(texts, CachedTexts) else [len(t) for t in texts]
+        lengths = text_lengths(texts)
     if len(lengths) != len(texts):
         raise ValueError(f"{len(lengths)} lengths for {len(texts)} items")
     order = sorted(range(len(texts)), key=lengths.__getitem__, reverse=True)

@@ -90,6 +90,10 @@ class Encoder(torch.nn.Module):
         """|V| of the MLM head's output (``mlm_head=True``)."""
         return self.model.get_output_embeddings().out_features
 
+    def id_strings(self, ids: list[int]) -> list[str]:
+        """Vocabulary ids → their strings (word pieces), for explanations."""
+        return list(self.tokenizer.convert_ids_to_tokens(ids))
+
     @property
     def device(self) -> torch.device:
         """Where the weights are."""

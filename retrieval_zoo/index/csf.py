@@ -121,9 +121,8 @@ class CsfRetriever(Retriever):
         self.unpruned = int(all_sum(torch.tensor([unpruned]))[0])
         self.rank_nbytes = sum(p.nbytes for p, _ in self.shards)  # this rank's lists
         local = [sum(len(p.weight) for p, _ in self.shards), self.rank_nbytes]
-        self.postings_count, self.measured_nbytes = (
-            int(n) for n in all_sum(torch.tensor(local))
-        )  # of all ranks' lists
+        totals = all_sum(torch.tensor(local))  # of all ranks' lists
+        self.postings_count, self.measured_nbytes = int(totals[0]), int(totals[1])
         lengths = [p.list_lengths().cpu() for p, _ in self.shards]  # n_t: postings of form t
         no_lists = torch.zeros(vocab_size, dtype=torch.long)  # a rank that holds no shard
         self.list_lengths = all_sum(torch.stack(lengths).sum(0) if lengths else no_lists)

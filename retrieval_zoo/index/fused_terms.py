@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import torch
 
-from retrieval_zoo.batching import Item, QueryPrep, Texts, encode_payload, read
+from retrieval_zoo.batching import Item, QueryPrep, Texts, encode_payload, read, text_lengths
 from retrieval_zoo.data.corpus_store import corpus_ids
 from retrieval_zoo.encoder import Encoder
 from retrieval_zoo.index.representations import OffersVectors, TermEncoder
@@ -25,7 +25,7 @@ from retrieval_zoo.lexical.bm25_rows import document_rows
 from retrieval_zoo.lexical.sparse_rows import SparseRows
 from retrieval_zoo.lexical.splade import splade_vectors
 from retrieval_zoo.term_matrix import to_csr
-from retrieval_zoo.tokens import CachedTexts, TokenizedBatch, Tokens
+from retrieval_zoo.tokens import TokenizedBatch, Tokens
 
 
 @dataclass
@@ -83,10 +83,7 @@ def splade_part(encoder: Encoder) -> LexicalPart:
     def docs(ids: Item) -> torch.Tensor:
         return to_csr(splade_vectors(encoder.model, *encoder.tokenize(ids, "doc")))
 
-    def terms(ids: list[int]) -> list[str]:
-        return list(encoder.tokenizer.convert_ids_to_tokens(ids))
-
-    return LexicalPart(queries, docs, encoder.vocab_size, BERT_DISCARD, terms)
+    return LexicalPart(queries, docs, encoder.vocab_size, BERT_DISCARD, encoder.id_strings)
 
 
 def cached_tokens(texts: Texts) -> Tokens:
@@ -95,11 +92,6 @@ def cached_tokens(texts: Texts) -> Tokens:
     if not isinstance(tokens, Tokens):
         raise TypeError("expected the corpus's cached tokens, got texts")
     return tokens
-
-
-def text_lengths(texts: Texts) -> list[int]:
-    """Each text's length: in tokens for cached texts, else in characters."""
-    return texts.lengths if isinstance(texts, CachedTexts) else [len(text) for text in texts]
 
 
 def fused_term_encoder(

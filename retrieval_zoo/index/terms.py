@@ -62,10 +62,7 @@ def encoder_term_weights(
     def encode_docs(docids: list[str]) -> Payload:
         return encode_payload(doc_parts, texts(docids), method.encode_batch_size, "docs")
 
-    def terms(ids: list[int]) -> list[str]:
-        return list(encoder.tokenizer.convert_ids_to_tokens(ids))
-
-    return TermEncoder(encode_queries, encode_docs, method.vocab_size, discard, terms,
+    return TermEncoder(encode_queries, encode_docs, method.vocab_size, discard, encoder.id_strings,
                        weight, method.encode_batch_size, method.query_prep())  # fmt: skip
 
 
