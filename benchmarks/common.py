@@ -2,22 +2,47 @@
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Callable
 
 import torch
 
 
-def seconds(fn: Callable[[], object], repeat: int = 3, warmup: int = 1) -> float:
-    """Best-of-``repeat`` wall time of ``fn()`` after ``warmup`` calls."""
+def seconds(
+    fn: Callable[[], object], repeat: int = 3, warmup: int = 1, statistic: Callable[[list[float]], float] = min
+) -> float:
+    """Wall time of ``fn()`` over ``repeat`` calls after ``warmup`` calls: the best by default, or ``statistic``."""
     for _ in range(warmup):
         fn()
-    best = float("inf")
+    times = []
     for _ in range(repeat):
         started = time.perf_counter()
         fn()
-        best = min(best, time.perf_counter() - started)
-    return best
+        times.append(time.perf_counter() - started)
+    return statistic(times)
+
+
+def synced(fn: Callable[[], object]) -> Callable[[], None]:
+    """``fn`` followed by a device synchronisation, so a timer sees the GPU's work finish."""
+
+    def run() -> None:
+        fn()
+        if torch.cuda.is_available():
+            torch.cuda.synchronize()
+
+    return run
+
+
+def autocast_for(device: torch.device, precision: str) -> Callable[[], contextlib.AbstractContextManager]:
+    """A factory of the context a step or an encoding runs in: nothing in fp32, bf16 autocast as ``trainer=gpu``."""
+
+    def autocast() -> contextlib.AbstractContextManager:
+        if precision == "fp32":
+            return contextlib.nullcontext()
+        return torch.autocast(device.type, dtype=torch.bfloat16)
+
+    return autocast
 
 
 def side_by_side(fns: dict[str, Callable[[], object]], repeat: int = 5, warmup: int = 1) -> dict[str, float]:
@@ -89,12 +114,12 @@ def header(title: str) -> None:
     print(f"\n## {title}  (torch {torch.__version__}, {torch.get_num_threads()} threads)\n")
 
 
-def first_batch(model: object, collection: object, bm25: object, batch_size: int) -> object:
+def first_batch(model: object, collection: object, bm25: object, batch_size: int, n_negatives: int = 1) -> object:
     """The first training batch the DataModule gives ``model`` on ``collection``, as ``train.py`` builds it (tokens
     from the token caches, the method's BM25 fields), on the CPU."""
     from retrieval_zoo.training.datamodule import TriplesDataModule
 
-    datamodule = TriplesDataModule(collection, bm25, batch_size=batch_size, needs=model.needs, epochs=1,
-                                   tokenizer=model.text_tokenizer(), term_keys=model.term_keys())  # fmt: skip
+    datamodule = TriplesDataModule(collection, bm25, batch_size=batch_size, n_negatives=n_negatives, needs=model.needs,
+                                   epochs=1, tokenizer=model.text_tokenizer(), term_keys=model.term_keys())  # fmt: skip
     datamodule.setup("fit")
     return next(iter(datamodule.train_dataloader()))

@@ -21,7 +21,6 @@ with the given trainer.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import subprocess
 import sys
 import tempfile
@@ -32,7 +31,7 @@ from functools import partial
 import torch
 from lightning.fabric.utilities.apply_func import move_data_to_device
 
-from benchmarks.common import composed, first_batch, header, side_by_side, small_bags
+from benchmarks.common import autocast_for, composed, first_batch, header, side_by_side, small_bags, synced
 from benchmarks.host_syncs import report_syncs, train_step
 from benchmarks.recorded_bm25 import RecordedBM25, bm25_for
 from retrieval_zoo.data.collections import Collection, embedded
@@ -121,17 +120,6 @@ def encoding_ratio(model: torch.nn.Module, index: object, docids: list[str], aut
     return timings["replay"], timings["method"]
 
 
-def synced(fn: Callable[[], object]) -> Callable[[], None]:
-    """``fn`` followed by a device synchronisation, so a timer sees the GPU's work finish."""
-
-    def run() -> None:
-        fn()
-        if torch.cuda.is_available():
-            torch.cuda.synchronize()
-
-    return run
-
-
 def fixed_cost(args: argparse.Namespace, collection: Collection, bm25: BM25, autocast: object) -> None:
     """Each trained method's step where compute is negligible, against the bare backbone's on the same tensors.
 
@@ -186,11 +174,7 @@ def measure(args: argparse.Namespace, collection: Collection, bm25: BM25) -> Non
     """Print the table for ``args.methods`` on ``collection`` (the tests run it on a tiny one)."""
     device = torch.device(args.device)
     docids = list(collection.corpus)[: args.docs]
-
-    def autocast() -> contextlib.AbstractContextManager:
-        if args.precision == "fp32":
-            return contextlib.nullcontext()
-        return torch.autocast(device.type, dtype=torch.bfloat16)
+    autocast = autocast_for(device, args.precision)
 
     header(f"Throughput on {device} ({args.backbone}, {args.precision}{', compiled' if args.compile else ''})")
     print("| method | bare step (s) | step (s) | step ÷ bare | encoding docs/s | replay docs/s | project ÷ replay |")

@@ -17,20 +17,17 @@ little), and their negatives from the DataModule's BM25 run.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import math
 import statistics
-import time
 from pathlib import Path
 
 import torch
 from lightning.fabric.utilities.apply_func import move_data_to_device
 
-from benchmarks.common import header, small_bags
+from benchmarks.common import autocast_for, first_batch, header, seconds, small_bags, synced
 from benchmarks.recorded_bm25 import RecordedBM25, bm25_for
 from retrieval_zoo.data.collections import Collection, embedded
 from retrieval_zoo.tokens import Tokens
-from retrieval_zoo.training.datamodule import TriplesDataModule
 
 RECIPES = ("clear_msmarco", "roc_msmarco", "delade_cls_msmarco", "csurf_msmarco", "csurf_hn_msmarco")
 TRAIN_QUERIES = 502_939  # MS MARCO passage's judged training queries
@@ -70,28 +67,11 @@ def stretched(tokens: Tokens, length: int) -> Tokens:
 
 def recipe_batch(cfg: object, model: torch.nn.Module, collection: Collection, bm25: object) -> object:
     """The DataModule's first batch at the recipe's batch size and negatives, its texts at max length."""
-    datamodule = TriplesDataModule(collection, bm25, batch_size=cfg.data.batch_size, n_negatives=cfg.data.n_negatives,
-                                   needs=model.needs, epochs=1, tokenizer=model.text_tokenizer(),
-                                   term_keys=model.term_keys())  # fmt: skip
-    datamodule.setup("fit")
-    batch = next(iter(datamodule.train_dataloader()))
+    batch = first_batch(model, collection, bm25, cfg.data.batch_size, cfg.data.n_negatives)
     lengths = model.encoder.max_length
     batch.query_tokens = stretched(batch.query_tokens, lengths["query"])
     batch.doc_tokens = stretched(batch.doc_tokens, lengths["doc"])
     return batch
-
-
-def median_seconds(fn: object, repeat: int, device: torch.device) -> float:
-    """Median wall time of ``fn()`` over ``repeat`` calls after two warm-up calls, the device synchronised."""
-    times = []
-    for i in range(repeat + 2):
-        started = time.perf_counter()
-        fn()
-        if device.type == "cuda":
-            torch.cuda.synchronize()
-        if i >= 2:
-            times.append(time.perf_counter() - started)
-    return statistics.median(times)
 
 
 def measure(recipe: str, args: argparse.Namespace, collection: Collection, bm25: object) -> str:
@@ -108,10 +88,7 @@ def measure(recipe: str, args: argparse.Namespace, collection: Collection, bm25:
     model = model.to(device).train()
     optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-5)
 
-    def autocast() -> contextlib.AbstractContextManager:
-        if args.precision == "fp32":
-            return contextlib.nullcontext()
-        return torch.autocast(device.type, dtype=torch.bfloat16)
+    autocast = autocast_for(device, args.precision)
 
     def step() -> None:
         with autocast():
@@ -122,7 +99,7 @@ def measure(recipe: str, args: argparse.Namespace, collection: Collection, bm25:
 
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats()
-    step_s = median_seconds(step, args.repeat, device)
+    step_s = seconds(synced(step), args.repeat, warmup=2, statistic=statistics.median)
     peak = torch.cuda.max_memory_allocated() / 2**30 if device.type == "cuda" else float("nan")
     model.eval()
     size = model.encode_batch_size
@@ -133,7 +110,7 @@ def measure(recipe: str, args: argparse.Namespace, collection: Collection, bm25:
         with torch.inference_mode(), autocast():
             model.encode_doc(docs)
 
-    docs_per_s = size / median_seconds(encode, args.repeat, device)
+    docs_per_s = size / seconds(synced(encode), args.repeat, warmup=2, statistic=statistics.median)
     per_epoch = math.ceil(TRAIN_QUERIES / cfg.data.batch_size)
     steps, epochs = per_epoch * cfg.trainer.max_epochs, cfg.trainer.max_epochs
     hours = steps * step_s / 3600
