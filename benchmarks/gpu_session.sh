@@ -49,14 +49,23 @@ for stage in "$@"; do
       python3 -m benchmarks.gpu_throughput --device cuda --backbone bert_base_random --precision bf16 --sync-debug \
         --methods "${RECHECK_METHODS:-dense,delade_cls,dlr_splade}" --repeat 3 --queries 0 2>&1 \
         | tee "$out/recheck.log" | tr '\r' '\n' | grep -E "$table|^syncs" ;;
-    csurf_precision)
+    csurf_precision)  # |C^d| and MRR@10 in each precision over ${SEEDS}: a seed's spread is as wide as the gap
       for precision in bf16-mixed 32-true; do
         start=$(date +%s)
-        python3 train.py experiment=csurf trainer=gpu trainer.precision=$precision logger=csv seed=13 \
-          trainer.enable_progress_bar=false hydra.run.dir=/tmp/runs/csurf_$precision > "$out/csurf_$precision.log" 2>&1
-        echo "csurf $precision: rc $? in $(($(date +%s) - start)) s"
-        grep -iE "mrr|C\^d|E_OPS|csf" "$out/csurf_$precision.log" | tail -8
-        cp /tmp/runs/csurf_$precision/results.json "$out/csurf_$precision.json" 2>/dev/null
+        for seed in ${SEEDS:-13 1 2}; do  # the seeds of one precision train side by side on the one GPU
+          python3 train.py experiment=csurf trainer=gpu trainer.precision=$precision logger=csv seed=$seed \
+            resume_from=null trainer.enable_progress_bar=false hydra.run.dir=/tmp/runs/csurf_${precision}_$seed \
+            > "$out/csurf_${precision}_$seed.log" 2>&1 &
+        done
+        wait
+        echo "csurf $precision: $(($(date +%s) - start)) s"
+        for seed in ${SEEDS:-13 1 2}; do
+          run=/tmp/runs/csurf_${precision}_$seed
+          python3 -c "import json; d = json.load(open('$run/results.json'))
+print('seed $seed: |C^d|', round(d['lexical_nonzero_per_doc'], 1), 'MRR@10', round(d['metrics']['csurf']['MRR@10'], 4))" \
+            || tail -5 "$out/csurf_${precision}_$seed.log"
+          cp "$run/results.json" "$out/csurf_${precision}_$seed.json" 2>/dev/null
+        done
       done ;;
     recipes)  # issue 47: each *_msmarco recipe's step and encoding rate, hence its hours
       python3 -m benchmarks.recipe_rates --device cuda --precision bf16 --bm25 replay=.gpu/bm25.pkl.gz 2>&1 \
