@@ -87,26 +87,29 @@ TRAINED_BAG = 256  # about the CSFs a document a trained CSurF keeps (README: 23
 
 
 def small_bags(model: torch.nn.Module, csfs: int = TRAINED_BAG) -> None:
-    """A random MLM head expands to most of the vocabulary: a negative bias keeps CSurF's bags as small as trained.
+    """A random MLM head expands to most of the vocabulary: a negative bias keeps expansions as small as trained.
 
-    Without it a randomly initialised CSurF (``backbone=tiny_random``, ``bert_base_random``) matches nearly every
-    token of every document, and its inverted lists take tens of GB on the tiny test collection. The bias is set
-    from the model itself, not fixed: over 8 texts of 128 random tokens, minus the mean of each text's ``csfs``-th
-    largest max-pooled logit, so about ``csfs`` surface forms expand per text whatever the backbone's size (a
-    fixed −0.3 left bert-base's random head expanding 27,948 of 30,522 forms a document).
+    For CSurF's bags and SPLADE's vectors (``dlr_splade``), the methods whose lexical part is the MLM head's log(1 +
+    ReLU(·)). Without it a randomly initialised CSurF (``backbone=tiny_random``, ``bert_base_random``) matches
+    nearly every token of every document, and its inverted lists take tens of GB on the tiny test collection. The
+    bias is set from the model itself, not fixed: over 8 texts of 128 random tokens, minus the mean of each text's
+    ``csfs``-th largest max-pooled logit, so about ``csfs`` surface forms expand per text whatever the backbone's
+    size (a fixed −0.3 left bert-base's random head expanding 27,948 of 30,522 forms a document).
     """
     from retrieval_zoo.lexical.splade import max_pooled_logits
     from retrieval_zoo.methods.csurf import CSurF
+    from retrieval_zoo.methods.dhr_fusion import DhrFusion
 
-    if not isinstance(model, CSurF):
+    splade = isinstance(model, DhrFusion) and model.lexical == "splade"
+    if not (isinstance(model, CSurF) or splade) or model.encoder is None:
         return
     backbone = model.encoder.model
     bias = backbone.cls.predictions.bias
-    ids = torch.randint(999, model.vocab_size, (8, 128), generator=torch.Generator().manual_seed(0))
+    ids = torch.randint(999, backbone.config.vocab_size, (8, 128), generator=torch.Generator().manual_seed(0))
     with torch.no_grad():
         bias.zero_()
         maxima = max_pooled_logits(backbone.eval(), ids.to(bias.device), torch.ones_like(ids, device=bias.device))[0]
-        bias.fill_(-maxima.float().topk(min(csfs, model.vocab_size), dim=1).values[:, -1].mean().item())
+        bias.fill_(-maxima.float().topk(min(csfs, maxima.shape[1]), dim=1).values[:, -1].mean().item())
 
 
 def header(title: str) -> None:

@@ -3,8 +3,8 @@
 Every encoding loop (corpus shards, query sets) takes its batches from :func:`prepared_batches`: a DataLoader over
 the length-sorted batches whose items are what the encoder reads, cached tokens gathered from their token cache or
 texts with their tokens (:class:`~retrieval_zoo.tokens.TokenizedBatch`). In a process that uses CUDA, batches that
-need preparing (texts to tokenize, ids whose tokens several encoders read) are made by forked workers in page-locked
-memory while the device encodes the batch before. Cached tokens are gathered in the process: a gather takes a
+need preparing (texts to tokenize) are made by forked workers in page-locked memory while the device encodes the
+batch before. Cached tokens are gathered in the process, also where several encoders each read theirs: a gather takes a
 fraction of a millisecond, and the device, which is never waited on between batches, still has the batch before
 queued, whereas forking the workers of a CUDA process costs tens of milliseconds a call. On CPUs every batch is
 prepared in the process, where workers would take cores from the encoder (as training's ``data.num_workers: auto``
@@ -168,6 +168,7 @@ def encode_payload(
     desc: str,
     lengths: list[int] | None = None,
     prepare: Prepare | None = None,
+    workers: int | None = None,
 ) -> dict[str, torch.Tensor]:
     """Named row-aligned float32 tensors of ``texts``, encoded in length-sorted batches, in the input order.
 
@@ -175,10 +176,11 @@ def encode_payload(
     texts) to named (n, ...) tensors; a name whose value is None is left out. When the items are ids, ``lengths``
     gives the length of the text each stands for, so batches still group similar lengths. A value given as a sparse
     CSR matrix (term weights, :mod:`retrieval_zoo.term_matrix`) stays one: its batches are stacked, then put in order.
+    ``workers`` as in :func:`prepared_batches` (0 where ``prepare`` only gathers cached tokens).
     """
     # Each batch's values stay on the encoder's device until the end: one copy to the host, not a wait per batch.
     pieces: dict[str, list[tuple[list[int], torch.Tensor]]] = {}
-    for batch, items in prepared_batches(texts, batch_size, lengths, prepare, desc):
+    for batch, items in prepared_batches(texts, batch_size, lengths, prepare, desc, workers):
         for name, value in encode(items).items():
             if value is not None:
                 pieces.setdefault(name, []).append((batch, value.float()))

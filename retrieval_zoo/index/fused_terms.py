@@ -124,7 +124,7 @@ def fused_term_encoder(
 
     def encode_shard(ids: list[str]) -> Payload:  # batches by the texts' length in tokens, not the ids'
         lengths = text_lengths(sides[0].texts(ids)) if sides else [len(corpus[d]) for d in ids]
-        return encode_payload(encode_docs, ids, batch_size, "docs", lengths, prepare_docs)
+        return encode_payload(encode_docs, ids, batch_size, "docs", lengths, prepare_docs, workers=0)  # a gather
 
     def encode_queries(texts: Item) -> tuple[torch.Tensor, torch.Tensor | None]:
         return lexical.queries(texts), semantic(texts, query=True)

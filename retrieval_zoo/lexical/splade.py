@@ -11,6 +11,9 @@ w_j = max_i log(1 + ReLU(logit_ij)) over the tokens i of a text, for every vocab
 3. the vocabulary projection in chunks, each max-pooled at once, so memory stays O(B·L·chunk) instead of O(B·L·V).
    Padding is masked inside the GEMM (``baddbmm`` adds a 0/−inf row bias), and the projection bias is added after
    the max (max_i(z_ij + b_j) = max_i z_ij + b_j), so no (B, L, chunk) tensor is copied.
+
+Without gradients and without a use for the winning positions (encoding SPLADE vectors) the max keeps no argmax:
+a reduction that also tracks indices costs several times a plain one, and as much as the projection itself.
 """
 
 from __future__ import annotations
@@ -55,13 +58,38 @@ def max_pooled_logits(
         (B, V) maxima (−inf where a text has no pooled position), (B, V) their positions, and the encoder's (B, L, H)
         last hidden states.
     """
+    hidden, x, projection = head_inputs(model, input_ids, attention_mask)
+    pool_mask = attention_mask if pool_mask is None else pool_mask
+    maxima, argmax = _PooledProjection.apply(x, projection.weight, pool_mask, chunk)
+    return with_bias(maxima, projection), argmax, hidden
+
+
+def head_inputs(
+    model: PreTrainedModel, input_ids: torch.Tensor, attention_mask: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor, torch.nn.Linear]:
+    """(B, L, H) last hidden states, the (B, L, H) inputs of the vocabulary projection, and the projection."""
     encoder, transform, projection = mlm_head_parts(model)
     hidden = encoder(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
-    pool_mask = attention_mask if pool_mask is None else pool_mask
-    maxima, positions = _PooledProjection.apply(transform(hidden), projection.weight, pool_mask, chunk)
-    if projection.bias is not None:  # max_i(z_iv + b_v) = max_i z_iv + b_v
-        maxima = maxima + projection.bias
-    return maxima, positions, hidden
+    return hidden, transform(hidden), projection
+
+
+def with_bias(maxima: torch.Tensor, projection: torch.nn.Linear) -> torch.Tensor:
+    """(B, V) pooled maxima of the projection without its bias, plus it: max_i(z_iv + b_v) = max_i z_iv + b_v."""
+    return maxima if projection.bias is None else maxima + projection.bias
+
+
+def padding_bias(pool_mask: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """(B, L, 1): 0 at pooled positions, −inf elsewhere, the row bias ``baddbmm`` adds inside the projection."""
+    padding = torch.zeros(pool_mask.shape + (1,), dtype=dtype, device=pool_mask.device)
+    return padding.masked_fill(pool_mask.unsqueeze(-1) == 0, float("-inf"))
+
+
+def pooled_maxima(x: torch.Tensor, weight: torch.Tensor, pool_mask: torch.Tensor, chunk: int) -> torch.Tensor:
+    """(B, L, H) inputs, (V, H) weights, (B, L) pool mask → (B, V) max_i ⟨x_i, W_v⟩, no positions kept."""
+    padding = padding_bias(pool_mask, x.dtype)
+    parts = [torch.baddbmm(padding, x, weight[start : start + chunk].T.expand(x.shape[0], -1, -1)).amax(dim=1)
+             for start in range(0, weight.shape[0], chunk)]  # fmt: skip
+    return torch.cat(parts, dim=1)
 
 
 class _PooledProjection(torch.autograd.Function):
@@ -75,8 +103,7 @@ class _PooledProjection(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, x: torch.Tensor, weight: torch.Tensor, pool_mask: torch.Tensor, chunk: int):  # noqa: ANN001, ANN205
-        padding = torch.zeros(pool_mask.shape + (1,), dtype=x.dtype, device=x.device)
-        padding = padding.masked_fill(pool_mask.unsqueeze(-1) == 0, float("-inf"))
+        padding = padding_bias(pool_mask, x.dtype)
         maxima, positions = [], []
         for start in range(0, weight.shape[0], chunk):
             part = weight[start : start + chunk].T.expand(x.shape[0], -1, -1)
@@ -118,5 +145,9 @@ def splade_vectors(
     Returns:
         (B, V) non-negative term weights.
     """
-    maxima, _, _ = max_pooled_logits(model, input_ids, attention_mask, chunk=chunk)
+    if torch.is_grad_enabled() and any(p.requires_grad for p in model.parameters()):
+        maxima = max_pooled_logits(model, input_ids, attention_mask, chunk=chunk)[0]
+    else:  # encoding: no positions kept
+        _, x, projection = head_inputs(model, input_ids, attention_mask)
+        maxima = with_bias(pooled_maxima(x, projection.weight, attention_mask, chunk), projection)
     return torch.log1p(torch.relu(maxima))
