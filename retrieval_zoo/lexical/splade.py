@@ -84,10 +84,26 @@ def padding_bias(pool_mask: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     return padding.masked_fill(pool_mask.unsqueeze(-1) == 0, float("-inf"))
 
 
+def compute_dtype(x: torch.Tensor) -> torch.dtype:
+    """The dtype a matrix product of ``x`` runs in: autocast's where it is on for x's device, else x's."""
+    kind = x.device.type
+    return torch.get_autocast_dtype(kind) if torch.is_autocast_enabled(kind) else x.dtype
+
+
+def chunk_of(weight: torch.Tensor, start: int, chunk: int, x: torch.Tensor) -> torch.Tensor:
+    """(B, H, chunk): the (V, H) projection's rows ``start`` to ``start + chunk``, transposed, broadcast over x's B.
+
+    In ``x``'s dtype, cast before broadcasting: autocast would cast the broadcast chunk whole, a (B, H, chunk) copy per
+    chunk (most of CSurF's encoding time on a GPU), where casting the chunk first copies (H, chunk) once.
+    """
+    return weight[start : start + chunk].to(x.dtype).T.expand(x.shape[0], -1, -1)
+
+
 def pooled_maxima(x: torch.Tensor, weight: torch.Tensor, pool_mask: torch.Tensor, chunk: int) -> torch.Tensor:
     """(B, L, H) inputs, (V, H) weights, (B, L) pool mask → (B, V) max_i ⟨x_i, W_v⟩, no positions kept."""
+    x = x.to(compute_dtype(x))
     padding = padding_bias(pool_mask, x.dtype)
-    parts = [torch.baddbmm(padding, x, weight[start : start + chunk].T.expand(x.shape[0], -1, -1)).amax(dim=1)
+    parts = [torch.baddbmm(padding, x, chunk_of(weight, start, chunk, x)).amax(dim=1)
              for start in range(0, weight.shape[0], chunk)]  # fmt: skip
     return torch.cat(parts, dim=1)
 
@@ -103,11 +119,11 @@ class _PooledProjection(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, x: torch.Tensor, weight: torch.Tensor, pool_mask: torch.Tensor, chunk: int):  # noqa: ANN001, ANN205
-        padding = padding_bias(pool_mask, x.dtype)
+        product = x.to(compute_dtype(x))
+        padding = padding_bias(pool_mask, product.dtype)
         maxima, positions = [], []
         for start in range(0, weight.shape[0], chunk):
-            part = weight[start : start + chunk].T.expand(x.shape[0], -1, -1)
-            values, argmax = torch.baddbmm(padding, x, part).max(dim=1)
+            values, argmax = torch.baddbmm(padding, product, chunk_of(weight, start, chunk, product)).max(dim=1)
             maxima.append(values)
             positions.append(argmax)
         argmax = torch.cat(positions, dim=1)
