@@ -50,7 +50,7 @@ from retrieval_zoo.index.process_shards import (
 from retrieval_zoo.index.representations import OffersCsfBags
 from retrieval_zoo.index.shards import CorpusShards, Payload
 from retrieval_zoo.lexical.bm25 import BM25
-from retrieval_zoo.lexical.csf import PAIR_CHUNK, CsfBags, Postings, max_sum_scores
+from retrieval_zoo.lexical.csf import CsfBags, Postings, max_sum_scores, search_pair_chunk
 from retrieval_zoo.retriever import Retriever
 
 
@@ -173,8 +173,9 @@ class CsfRetriever(Retriever):
         """(B, ≤ k) scores and corpus rows of the top ``k`` over this rank's lists, and the CSF pairs scored."""
         scores, found, pairs = [], [], 0
         for postings, first_row in self.shards:
-            shard_scores, columns, shard_pairs = max_sum_scores(bags, postings, pair_chunk=PAIR_CHUNK,
-                                                                compiled=self.compiled)  # fmt: skip
+            shard_scores, columns, shard_pairs = max_sum_scores(
+                bags, postings, pair_chunk=search_pair_chunk(self.device), compiled=self.compiled
+            )
             top = shard_scores.topk(min(k, shard_scores.shape[1]), dim=1)
             scores.append(top.values)
             found.append(columns[top.indices] + first_row)
