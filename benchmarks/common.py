@@ -86,21 +86,22 @@ def composed(group: str, name: str, *overrides: str, also: tuple[str, ...] = ())
 TRAINED_BAG = 256  # about the CSFs a document a trained CSurF keeps (README: 230–500 on the embedded collection)
 
 
-def small_bags(model: torch.nn.Module, csfs: int = TRAINED_BAG) -> None:
+def small_bags(model: torch.nn.Module, csfs: int = TRAINED_BAG, splade: bool = False) -> None:
     """A random MLM head expands to most of the vocabulary: a negative bias keeps expansions as small as trained.
 
-    For CSurF's bags and SPLADE's vectors (``dlr_splade``), the methods whose lexical part is the MLM head's log(1 +
-    ReLU(·)). Without it a randomly initialised CSurF (``backbone=tiny_random``, ``bert_base_random``) matches
-    nearly every token of every document, and its inverted lists take tens of GB on the tiny test collection. The
-    bias is set from the model itself, not fixed: over 8 texts of 128 random tokens, minus the mean of each text's
-    ``csfs``-th largest max-pooled logit, so about ``csfs`` surface forms expand per text whatever the backbone's
-    size (a fixed −0.3 left bert-base's random head expanding 27,948 of 30,522 forms a document).
+    For CSurF's bags and, with ``splade`` (a random backbone only: a trained one keeps its own bias), SPLADE's
+    vectors (``dlr_splade``), the methods whose lexical part is the MLM head's log(1 + ReLU(·)). Without it a
+    randomly initialised CSurF (``backbone=tiny_random``, ``bert_base_random``) matches nearly every token of every
+    document, and its inverted lists take tens of GB on the tiny test collection. The bias is set from the model
+    itself, not fixed: over 8 texts of 128 random tokens, minus the mean of each text's ``csfs``-th largest max-
+    pooled logit, so about ``csfs`` surface forms expand per text whatever the backbone's size (a fixed −0.3 left
+    bert-base's random head expanding 27,948 of 30,522 forms a document).
     """
     from retrieval_zoo.lexical.splade import max_pooled_logits
     from retrieval_zoo.methods.csurf import CSurF
     from retrieval_zoo.methods.dhr_fusion import DhrFusion
 
-    splade = isinstance(model, DhrFusion) and model.lexical == "splade"
+    splade = splade and isinstance(model, DhrFusion) and model.lexical == "splade"
     if not (isinstance(model, CSurF) or splade) or model.encoder is None:
         return
     backbone = model.encoder.model

@@ -66,7 +66,7 @@ def main() -> None:
     for method in args.methods.split(","):
         model, index = composed("method", method, f"backbone={args.backbone}", also=("index",))
         if args.backbone.endswith("_random"):
-            small_bags(model)
+            small_bags(model, splade=True)
         model = model.to(device)
         if model.trainable:
             batch = move_data_to_device(first_batch(model, collection, bm25, args.batch_size), device)

@@ -182,7 +182,7 @@ def measure(args: argparse.Namespace, collection: Collection, bm25: BM25) -> Non
     for method in args.methods.split(","):
         model, index = composed("method", method, f"backbone={args.backbone}", also=("index",))
         if args.backbone.endswith("_random"):
-            small_bags(model)  # CSurF's bags as small as trained ones are, not the whole vocabulary
+            small_bags(model, splade=True)  # CSurF's bags, SPLADE's vectors as small as trained ones
         model = model.to(device)
         for encoder in (m for m in model.modules() if isinstance(m, Encoder)) if args.compile else ():
             encoder.model.compile()  # what method.encoder.compile=true does, for every backbone of the method

@@ -15,6 +15,7 @@ Teachers are not ``torch.nn.Module`` attributes of the student: they are neither
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
@@ -33,6 +34,17 @@ class Teacher(Protocol):
     def pair_scores(self, queries: list[str], docs: list[str], device: torch.device) -> torch.Tensor:
         """(N,) query texts and the (N,) documents paired with them → (N,) float32 scores, without gradients."""
         ...
+
+
+@dataclass(frozen=True)
+class TeacherRef:
+    """A teacher held by a student without becoming its submodule, whatever its type.
+
+    Neither trained, nor moved with the student, nor saved in its checkpoints (``nn.Module`` registers a module
+    assigned to an attribute).
+    """
+
+    teacher: Teacher | None
 
 
 class TrainedBiEncoder:

@@ -1,8 +1,10 @@
 """The shared LightningModule under every method.
 
-A method subclasses :class:`RetrievalMethod`, receives its :class:`retrieval_zoo.encoder.Encoder` from the config,
-and supplies ``encode_query``, ``encode_doc``, ``score``, the named ``losses`` it sums, and the representations it
-produces (``representations``; :mod:`retrieval_zoo.index.representations`), which decide the indexes that search it.
+A method subclasses :class:`RetrievalMethod` (:class:`BiEncoder` when it encodes queries and documents apart and
+scores their pairs), receives its :class:`retrieval_zoo.encoder.Encoder` from the config, and supplies
+``encode_query``, ``encode_doc``, ``score``, the named ``losses`` it sums, the optional batch fields it ``needs``, and
+the representations it produces (``representations``; :mod:`retrieval_zoo.index.representations`), which decide the
+indexes that search it.
 The base sums and logs the losses and builds AdamW with a linear warm-up. Validation is first-stage retrieval
 through the run's index on a dev subset (:class:`retrieval_zoo.validation.RetrievalValidation`), so checkpoints are
 selected on retrieval quality.
@@ -10,23 +12,20 @@ selected on retrieval quality.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
-from typing import ClassVar
+from typing import ClassVar, Generic, TypeVar
 
 import lightning as L
-import numpy as np
 import torch
 
-from retrieval_zoo.batching import QueryPrep, Texts
-from retrieval_zoo.cache import fingerprint
-from retrieval_zoo.data.collections import Collection
 from retrieval_zoo.encoder import Encoder
 from retrieval_zoo.loggers import log_histogram
+from retrieval_zoo.methods.texts import EncoderTexts
 from retrieval_zoo.resume import RNG_KEY, RandomState
-from retrieval_zoo.tokens import CachedTexts, TextTokenizer, TokenCache, TokenizedBatch
+from retrieval_zoo.tokens import Tokens
 from retrieval_zoo.training.datamodule import TrainBatch
 
 QUANTILES = (0.1, 0.5, 0.9)
+R = TypeVar("R")  # a bi-encoder's representation of a text (vectors, CSF bags)
 
 
 class Optim:
@@ -69,11 +68,12 @@ class Optim:
         return 1.0
 
 
-class RetrievalMethod(L.LightningModule):
-    """Base of every method.
+class RetrievalMethod(EncoderTexts, L.LightningModule):
+    """Base of every method: its losses and how they are trained.
+
+    What the data and indexes read of its encoders is :class:`~retrieval_zoo.methods.texts.EncoderTexts`.
 
     Class attributes:
-        needs: Optional batch fields the method reads (see :data:`retrieval_zoo.training.datamodule.FIELDS`).
         trainable: False for methods without parameters (BM25, off-the-shelf term vectors): the apps skip training,
             and indexes encode their corpus on demand.
         representations: What the method produces for an index to search, its own first (``vectors``,
@@ -85,7 +85,6 @@ class RetrievalMethod(L.LightningModule):
         val_k: Depth of validation retrieval; R@val_k is logged beside MRR@10.
     """
 
-    needs: frozenset[str] = frozenset()  # a class's default; a method whose fields depend on its settings sets its own
     trainable: ClassVar[bool] = True
     representations: ClassVar[tuple[str, ...]] = ()
 
@@ -96,75 +95,14 @@ class RetrievalMethod(L.LightningModule):
         self._random_state = RandomState()
 
     @property
-    def encode_batch_size(self) -> int:
-        """Texts per forward pass when an index encodes many."""
-        if self.encoder is None:
-            raise TypeError(f"{type(self).__name__} has no encoder: it encodes nothing")
-        return self.encoder.batch_size
+    def needs(self) -> frozenset[str]:
+        """Optional batch fields the method reads (``training.datamodule.FIELDS``), from its settings."""
+        return frozenset()
 
     # --- what a method supplies -------------------------------------------------------------------------
     def losses(self, batch: TrainBatch) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]:
         """Named losses to sum, and named diagnostics to log, for one batch."""
         raise NotImplementedError
-
-    def text_tokenizer(self) -> TextTokenizer | None:
-        """What the DataLoader tokenizes training batches with (the encoder's), or None for a method without one."""
-        return self.encoder.text_tokenizer() if self.encoder is not None else None
-
-    def term_keys(self) -> Callable[[list[str]], np.ndarray] | None:
-        """Terms → keys under which the DataModule stores BM25 vectors as tensors (RoC's projection), or None."""
-        return None
-
-    def corpus_texts(self, collection: Collection) -> Callable[[list[str]], Texts]:
-        """Document ids → what encoding reads of them: their cached tokens, or texts for a method without a tokenizer.
-
-        The corpus is tokenized once (:class:`~retrieval_zoo.tokens.TokenCache`, shared with training's batches).
-        """
-        corpus, tokenizer = collection.corpus, self.text_tokenizer()
-        if tokenizer is None:
-            return lambda ids: [corpus[d] for d in ids]
-        cache = TokenCache.build(corpus, tokenizer, "doc", collection.corpus_fingerprint)
-        return lambda ids: CachedTexts(cache, ids)
-
-    def encoders(self) -> list[Encoder]:
-        """The method's text encoders (a fusion's SPLADE and dense ones), in module order."""
-        return [module for module in self.modules() if isinstance(module, Encoder)]
-
-    def cache_queries(self, queries: Mapping[str, str]) -> None:
-        """Tokenize a query set (id → text) once for every encoder of the method, which then reads their tokens.
-
-        Evaluation and validation call it before they search, so query encoding reads a token cache as training does.
-        """
-        content = fingerprint(sorted(queries.items()))
-        for encoder in self.encoders():
-            encoder.cache_texts(queries, "query", content)
-
-    def query_lengths(self, texts: list[str]) -> list[int] | None:
-        """Each query's length in tokens, from the token cache of :meth:`cache_queries`.
-
-        Query batches are ordered by it, as corpus batches are; None for texts not cached (or a method without an
-        encoder): they go by characters.
-        """
-        encoders = self.encoders()
-        return encoders[0].token_lengths(texts, "query") if encoders else None
-
-    def prepare_queries(self, texts: list[str]) -> TokenizedBatch:
-        """A batch of query texts with each encoder's tokens for them: from :meth:`cache_queries`'s cache, or tokenized.
-
-        Retrievers run it where batches are prepared ahead (:func:`retrieval_zoo.batching.prepared_batches`: in
-        DataLoader workers beside an accelerator), so a query typed at search time is tokenized there, not in the step.
-        """
-        return TokenizedBatch(texts, {encoder.token_key: encoder.texts_tokens(texts, "query")
-                                      for encoder in self.encoders()})  # fmt: skip
-
-    def query_prep(self) -> QueryPrep:
-        """How retrievers batch this method's queries: ordered by their length in tokens, tokens prepared ahead."""
-        return QueryPrep(self.query_lengths, self.prepare_queries)
-
-    def encoding_settings(self) -> dict:
-        """What besides the weights changes the method's encoding of a corpus (hashed into its cache key)."""
-        doc_max_length = self.encoder.max_length["doc"] if self.encoder is not None else None
-        return {"method": type(self).__name__, "doc_max_length": doc_max_length}
 
     # --- shared training ----------------------------------------------------------------------------------
     def _generators(self) -> dict[str, torch.Generator]:
@@ -226,3 +164,22 @@ class RetrievalMethod(L.LightningModule):
     # --- validation: retrieval through the run's index (retrieval_zoo.validation.RetrievalValidation) ----------
     def validation_step(self, qids: list[str], batch_idx: int) -> None:
         """Nothing here: the validation callback retrieves for the batch's query ids through the run's index."""
+
+
+class BiEncoder(RetrievalMethod, Generic[R]):
+    """A method that encodes queries and documents apart into representations of type ``R`` and scores their pairs.
+
+    Dense vectors (``R`` = tensor: DPR, CLEAR, RoC, DeLADE) and CSurF's bags (``R`` = :class:`CsfBags`).
+    """
+
+    def encode_query(self, texts: list[str] | Tokens) -> R:
+        """(B,) query texts, or their tokens → their representation."""
+        raise NotImplementedError
+
+    def encode_doc(self, texts: list[str] | Tokens) -> R:
+        """(N,) document texts, or their tokens → their representation."""
+        raise NotImplementedError
+
+    def score(self, queries: R, docs: R) -> torch.Tensor:
+        """Every query's score with every document: B and N representations → (B, N)."""
+        raise NotImplementedError

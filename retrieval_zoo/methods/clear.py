@@ -36,8 +36,6 @@ class CLEAR(DenseBiEncoder):
         val_k: Validation retrieval depth.
     """
 
-    needs: frozenset[str] = frozenset({"bm25_scores"})
-
     def __init__(
         self,
         encoder: Encoder,
@@ -51,6 +49,11 @@ class CLEAR(DenseBiEncoder):
         self.xi, self.lambda_train = xi, lambda_train
         check_margin_normalization(margin_normalization)  # fail at construction
         self.margin_normalization = margin_normalization
+
+    @property
+    def needs(self) -> frozenset[str]:
+        """BM25 scores of the pairs (the margin, Eq. 6)."""
+        return frozenset({"bm25_scores"})
 
     def losses(self, batch: TrainBatch) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]:
         """Residual-margin hinge (Eq. 6–7) over each query's (positive, negative) pairs, plus margin diagnostics."""

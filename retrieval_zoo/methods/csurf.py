@@ -39,7 +39,7 @@ from retrieval_zoo.losses import (
     own_group,
     quadratic_warmup,
 )
-from retrieval_zoo.methods.base import Optim, RetrievalMethod
+from retrieval_zoo.methods.base import BiEncoder, Optim
 from retrieval_zoo.rows import take_rows
 from retrieval_zoo.tokens import Tokens
 from retrieval_zoo.training.datamodule import TrainBatch, required
@@ -47,7 +47,7 @@ from retrieval_zoo.training.datamodule import TrainBatch, required
 Similarity = Literal["cosine", "dot"]
 
 
-class CSurF(RetrievalMethod):
+class CSurF(BiEncoder[CsfBags]):
     """CSurF, or CSurF_HN with ``kd_weight`` > 0 and a teacher run.
 
     Args:
@@ -98,8 +98,12 @@ class CSurF(RetrievalMethod):
         self.lambda_q, self.lambda_d, self.flops_warmup_steps = lambda_q, lambda_d, flops_warmup_steps
         self.in_batch_negatives, self.gather_across_devices = in_batch_negatives, gather_across_devices
         self.kd_weight, self.kd_direction = kd_weight, kd_direction
-        self.needs = frozenset({"teacher_scores"}) if kd_weight > 0 else frozenset()
         self.register_buffer("special_ids", torch.tensor(encoder.tokenizer.all_special_ids), persistent=False)
+
+    @property
+    def needs(self) -> frozenset[str]:
+        """A run's teacher scores when distilling (``kd_weight`` > 0)."""
+        return frozenset({"teacher_scores"}) if self.kd_weight > 0 else frozenset()
 
     def encode_bags(self, ids: torch.Tensor, mask: torch.Tensor) -> tuple[CsfBags, torch.Tensor]:
         """(T, L) ids and mask → the texts' CSFs and their (T, |V|) expansion weights w_t (for FLOPS).

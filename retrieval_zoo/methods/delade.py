@@ -26,7 +26,7 @@ from retrieval_zoo.lexical.delade import delade_vectors
 from retrieval_zoo.losses import kl_distillation
 from retrieval_zoo.methods.base import Optim
 from retrieval_zoo.methods.dense import DenseBiEncoder
-from retrieval_zoo.teachers import Teacher
+from retrieval_zoo.teachers import Teacher, TeacherRef
 from retrieval_zoo.tokens import Tokens
 from retrieval_zoo.training.datamodule import TrainBatch, required
 
@@ -54,7 +54,6 @@ class DeLADE(DenseBiEncoder):
     """
 
     representations: ClassVar[tuple[str, ...]] = ("term_weights", "vectors")
-    teacher: Teacher | None  # kept out of the module's parameters (see __init__)
 
     def __init__(
         self,
@@ -84,12 +83,21 @@ class DeLADE(DenseBiEncoder):
         distils = any(w > 0 for w in self.kd_weights.values())
         if teacher is not None and not distils:
             raise ValueError("method.teacher is set but every KD weight is 0: set method.kd_weight > 0")
-        self.__dict__["teacher"] = teacher  # frozen and not a submodule: neither trained nor saved with the student
-        self.needs = frozenset({"teacher_scores"} if distils and teacher is None else set())
-        if teacher is not None:  # the teacher reads the texts with its own tokenizer
-            self.needs = frozenset({"texts"})
+        self.teacher_ref = TeacherRef(teacher)
         if freeze_word_embeddings:
             encoder.model.get_input_embeddings().weight.requires_grad_(False)
+
+    @property
+    def teacher(self) -> Teacher | None:
+        """The online teacher, or None (distilling from ``data.teacher_run``, or not at all)."""
+        return self.teacher_ref.teacher
+
+    @property
+    def needs(self) -> frozenset[str]:
+        """The texts for an online teacher (its own tokenizer reads them), else a run's scores when distilling."""
+        if self.teacher is not None:
+            return frozenset({"texts"})
+        return frozenset({"teacher_scores"}) if any(w > 0 for w in self.kd_weights.values()) else frozenset()
 
     def encode_parts(self, ids: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
         """(N, L) ids and mask → (N, |V|) ds_BoW (Eq. 23) and the (N, cls_dim) projected [CLS] (or None)."""

@@ -16,12 +16,12 @@ import torch
 from retrieval_zoo.distributed import gather_rows
 from retrieval_zoo.encoder import Encoder
 from retrieval_zoo.losses import contrastive_nll
-from retrieval_zoo.methods.base import Optim, RetrievalMethod
+from retrieval_zoo.methods.base import BiEncoder, Optim
 from retrieval_zoo.tokens import Tokens
 from retrieval_zoo.training.datamodule import TrainBatch
 
 
-class DenseBiEncoder(RetrievalMethod):
+class DenseBiEncoder(BiEncoder[torch.Tensor]):
     """Shared-encoder dense retriever.
 
     Args:

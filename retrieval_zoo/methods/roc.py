@@ -53,7 +53,6 @@ class RoC(DenseBiEncoder):
         lexical_scale: ``paper`` (d_bm25 with Eq. 3's (k1 + 1) factor) or ``lucene`` (Lucene's BM25, without it).
     """
 
-    needs: frozenset[str] = frozenset({"bm25_vectors"})
     representations: ClassVar[tuple[str, ...]] = ("lexical_semantic", "vectors")
 
     def __init__(
@@ -75,6 +74,11 @@ class RoC(DenseBiEncoder):
         self.projection = RademacherProjection(encoder.hidden_size, projection_seed)
         self.ortho_weight, self.mask_fraction = ortho_weight, mask_fraction
         self.masking = torch.Generator().manual_seed(seed)
+
+    @property
+    def needs(self) -> frozenset[str]:
+        """BM25's term vectors of the texts (Eq. 3)."""
+        return frozenset({"bm25_vectors"})
 
     def saturation_scale(self, k1: float) -> float:
         """What Lucene's TF saturation is multiplied by to give Eq. 3's d_bm25: (k1 + 1), or 1 at Lucene's scale."""
