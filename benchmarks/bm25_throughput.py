@@ -14,8 +14,8 @@ import time
 
 from benchmarks.common import header
 from retrieval_zoo.data.collections import embedded
-from retrieval_zoo.lexical.bm25 import BM25
 from retrieval_zoo.lexical.java import LuceneWorker, pyserini_lucene
+from retrieval_zoo.lexical.lucene_bm25 import BM25
 
 
 def python_batch_search(index_dir: str, queries: dict[str, str], k: int, threads: int) -> int:

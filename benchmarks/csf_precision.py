@@ -16,7 +16,7 @@ import torch
 
 from benchmarks.common import header
 from retrieval_zoo.data.collections import embedded
-from retrieval_zoo.lexical.csf import CsfBags
+from retrieval_zoo.lexical.csf_bags import CsfBags
 from retrieval_zoo.trained import load_trained, trained_config
 
 

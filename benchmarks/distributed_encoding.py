@@ -35,7 +35,7 @@ def worker(args: argparse.Namespace) -> None:
     from retrieval_zoo.corpus_encoding import encode_corpus
     from retrieval_zoo.data.collections import embedded
     from retrieval_zoo.encoder import Encoder
-    from retrieval_zoo.index.dense import Faiss
+    from retrieval_zoo.index.faiss import Faiss
     from retrieval_zoo.methods.dense import DenseBiEncoder
 
     processes = args.processes[0]

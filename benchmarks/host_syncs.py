@@ -27,7 +27,7 @@ from torch.profiler import ProfilerActivity, profile
 
 from benchmarks.common import composed, first_batch, header, small_bags
 from retrieval_zoo.data.collections import Collection, embedded
-from retrieval_zoo.lexical.bm25 import BM25
+from retrieval_zoo.lexical.lucene_bm25 import BM25
 
 METHODS = ("dense", "clear", "roc", "delade_cls", "csurf", "dlr_splade", "dhr_bm25_dense")
 SYNC_OPS = frozenset({

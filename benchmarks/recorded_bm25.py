@@ -18,7 +18,7 @@ from typing import Literal
 
 from retrieval_zoo.cache import atomic_path
 from retrieval_zoo.data.collections import Collection
-from retrieval_zoo.lexical.bm25 import BM25
+from retrieval_zoo.lexical.lucene_bm25 import BM25
 
 JAVA_CALLS = (
     "pair_scores",

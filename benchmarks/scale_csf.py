@@ -29,7 +29,7 @@ import torch
 from benchmarks.common import composed
 from retrieval_zoo.data.collections import Collection
 from retrieval_zoo.data.formats import Run
-from retrieval_zoo.lexical.bm25 import BM25
+from retrieval_zoo.lexical.lucene_bm25 import BM25
 
 SHARD_SIZE = 4096
 K = 1000

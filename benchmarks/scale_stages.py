@@ -18,7 +18,7 @@ from benchmarks.scale_csf import STAGES as CSF_STAGES
 from benchmarks.scale_csf import agreement
 from benchmarks.sparse_engines import memoized
 from retrieval_zoo.data.collections import Collection, msmarco_tsv
-from retrieval_zoo.lexical.bm25 import BM25
+from retrieval_zoo.lexical.lucene_bm25 import BM25
 
 SHARD_SIZE = 4096
 DENSE_DIM = 768  # bert-base's width
@@ -83,7 +83,7 @@ def corpus_shards(collection: Collection, work: Path):
 
 def stage_shards(collection: Collection, work: Path) -> dict:
     """BM25's document vectors, encoded into shards on disk."""
-    from retrieval_zoo.index.terms import Sparse
+    from retrieval_zoo.index.sparse import Sparse
 
     model, bm25, shards = term_model(), BM25(collection), corpus_shards(collection, work)
 
@@ -122,7 +122,7 @@ def term_family(name: str):
 
 def stage_faiss(collection: Collection, work: Path) -> dict:
     """A Flat inner-product index of random 768-d vectors, one per document, built shard by shard."""
-    from retrieval_zoo.index.dense import FaissIndex
+    from retrieval_zoo.index.faiss import FaissIndex
 
     rng, docids = np.random.default_rng(0), list(collection.corpus)
 

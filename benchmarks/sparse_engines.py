@@ -29,9 +29,8 @@ from retrieval_zoo.index.impact import ImpactRetriever, quantize
 from retrieval_zoo.index.lucene_impact import LuceneImpact
 from retrieval_zoo.index.seismic import Seismic
 from retrieval_zoo.index.shards import CorpusShards
-from retrieval_zoo.index.sparse import SparseRetriever
-from retrieval_zoo.index.terms import Sparse
-from retrieval_zoo.lexical.bm25 import BM25
+from retrieval_zoo.index.sparse import Sparse, SparseRetriever
+from retrieval_zoo.lexical.lucene_bm25 import BM25
 from retrieval_zoo.term_matrix import csr, dense_rows, parts, to_csr
 
 

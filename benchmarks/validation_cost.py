@@ -22,7 +22,7 @@ import torch
 
 from benchmarks.common import composed
 from retrieval_zoo.data.collections import Collection, embedded
-from retrieval_zoo.lexical.bm25 import BM25
+from retrieval_zoo.lexical.lucene_bm25 import BM25
 from retrieval_zoo.training.validation_pool import candidate_pool
 from retrieval_zoo.validation_metrics import RankingMetrics
 

@@ -3,7 +3,7 @@
 ``trainer.predict`` runs under the trainer's strategy, so ``trainer=ddp`` (or ``trainer.strategy=ddp
 trainer.devices=2`` on CPUs) encodes the corpus on every device: rank r takes the missing shards r, r + world, ...,
 and a prediction writer stores each shard as soon as it is encoded (:class:`retrieval_zoo.index.shards.CorpusShards`).
-A shard holds what the run's index needs of its documents (:meth:`retrieval_zoo.index.base.Index.doc_encoder`:
+A shard holds what the run's index needs of its documents (:meth:`retrieval_zoo.index.index.Index.doc_encoder`:
 vectors, term weights or bags of CSFs). The shard files live under a folder named by a hash of the model's weights,
 its encoding settings, the representation, the corpus files and the shard size, so a killed encoding resumes with
 the shards it had not finished, and retrieval-time variants of one model (DLR slicing, λ, pruning) skip the encoder
@@ -25,10 +25,10 @@ from torch.utils.data import DataLoader
 from retrieval_zoo.cache import cache_root, fingerprint
 from retrieval_zoo.data.collections import Collection
 from retrieval_zoo.data.corpus_store import corpus_ids
-from retrieval_zoo.index.base import Index
+from retrieval_zoo.index.index import Index
 from retrieval_zoo.index.shards import CorpusShards, Payload, ShardEncoder
-from retrieval_zoo.lexical.bm25 import BM25
-from retrieval_zoo.methods.base import RetrievalMethod
+from retrieval_zoo.lexical.lucene_bm25 import BM25
+from retrieval_zoo.methods.method import RetrievalMethod
 
 
 def weights_digest(module: torch.nn.Module) -> str:

@@ -19,11 +19,11 @@ from retrieval_zoo.complementarity import complementarity, moved_queries, venn_f
 from retrieval_zoo.data.collections import Collection
 from retrieval_zoo.data.formats import Qrels, Run, as_written, write_run
 from retrieval_zoo.evaluation import evaluate, format_table
-from retrieval_zoo.index.base import Index
+from retrieval_zoo.index.index import Index
 from retrieval_zoo.index.process_shards import split_over_processes
 from retrieval_zoo.index.shards import CorpusShards
-from retrieval_zoo.lexical.bm25 import BM25
-from retrieval_zoo.methods.base import RetrievalMethod
+from retrieval_zoo.lexical.lucene_bm25 import BM25
+from retrieval_zoo.methods.method import RetrievalMethod
 from retrieval_zoo.retriever import Retriever
 
 BASELINE = "BM25"

@@ -36,8 +36,8 @@ from retrieval_zoo.index.ciff import spill, term_lists, write_ciff
 from retrieval_zoo.index.impact import quantize, scan
 from retrieval_zoo.index.representations import TermEncoder
 from retrieval_zoo.index.shards import CorpusShards
-from retrieval_zoo.index.terms import Sparse
-from retrieval_zoo.methods.base import RetrievalMethod
+from retrieval_zoo.index.sparse import Sparse
+from retrieval_zoo.methods.method import RetrievalMethod
 from retrieval_zoo.pipeline import build_collection_and_bm25, encode_for_index
 from retrieval_zoo.term_matrix import columns_from, each_row
 from retrieval_zoo.trained import load_trained, trained_config

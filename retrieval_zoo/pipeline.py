@@ -16,10 +16,10 @@ from omegaconf import DictConfig, OmegaConf
 from retrieval_zoo.corpus_encoding import encode_corpus
 from retrieval_zoo.data.collections import Collection
 from retrieval_zoo.evaluation_run import evaluate_method
-from retrieval_zoo.index.base import Index, check_pair
+from retrieval_zoo.index.index import Index, check_pair
 from retrieval_zoo.index.shards import CorpusShards
-from retrieval_zoo.lexical.bm25 import BM25
-from retrieval_zoo.methods.base import RetrievalMethod
+from retrieval_zoo.lexical.lucene_bm25 import BM25
+from retrieval_zoo.methods.method import RetrievalMethod
 from retrieval_zoo.resume import exit_code_on_sigterm
 
 CONF = Path(__file__).resolve().parent / "conf"  # shipped with the package

@@ -23,7 +23,7 @@ from typing import ClassVar, Protocol, runtime_checkable
 
 from retrieval_zoo.data.formats import Run
 
-REPRESENTATIONS = ("bm25", "vectors", "term_weights", "csf_bags", "lexical_semantic")  # each: index/base.py
+REPRESENTATIONS = ("bm25", "vectors", "term_weights", "csf_bags", "lexical_semantic")  # each: index/index.py
 
 
 @runtime_checkable

@@ -26,9 +26,9 @@ from retrieval_zoo.bounds import require_choice
 from retrieval_zoo.cache import fingerprint
 from retrieval_zoo.data.collections import Collection
 from retrieval_zoo.data.corpus_store import corpus_ids
-from retrieval_zoo.index.base import Index, Retriever
+from retrieval_zoo.index.index import Index, Retriever
 from retrieval_zoo.index.shards import CorpusShards
-from retrieval_zoo.lexical.bm25 import BM25
+from retrieval_zoo.lexical.lucene_bm25 import BM25
 from retrieval_zoo.training.validation_pool import candidate_pool
 from retrieval_zoo.validation_metrics import RankingMetrics
 

@@ -67,7 +67,7 @@ def tiny(tiny_dir: Path) -> Collection:
 
 @pytest.fixture(scope="session")
 def tiny_bm25(tiny: Collection):
-    from retrieval_zoo.lexical.bm25 import BM25
+    from retrieval_zoo.lexical.lucene_bm25 import BM25
 
     return BM25(tiny, k1=0.9, b=0.4, threads=2)
 

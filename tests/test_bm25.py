@@ -14,7 +14,7 @@ def test_pair_scores_equal_pyserini_search_scores(tiny, tiny_bm25) -> None:
 
 
 def test_search_is_cached_and_keyed_by_parameters(tiny, tiny_bm25) -> None:
-    from retrieval_zoo.lexical.bm25 import BM25
+    from retrieval_zoo.lexical.lucene_bm25 import BM25
 
     queries = tiny.judged_queries("dev")
     first = tiny_bm25.search(queries, k=5)
@@ -49,7 +49,7 @@ def test_term_weights_sum_to_the_pair_score(tiny, tiny_bm25) -> None:
 def test_a_cache_that_does_not_match_the_collection_is_an_error(tiny, tiny_bm25) -> None:
     import json
 
-    from retrieval_zoo.lexical.bm25 import BM25
+    from retrieval_zoo.lexical.lucene_bm25 import BM25
 
     ready = tiny_bm25.index_dir / "ready.json"
     original = ready.read_text()
@@ -64,7 +64,7 @@ def test_a_cache_that_does_not_match_the_collection_is_an_error(tiny, tiny_bm25)
 def test_a_cached_run_with_a_document_the_collection_lacks_is_an_error(tiny, tiny_bm25) -> None:
     import gzip
 
-    from retrieval_zoo.lexical.bm25 import BM25
+    from retrieval_zoo.lexical.lucene_bm25 import BM25
 
     queries = tiny.judged_queries("dev")
     tiny_bm25.search(queries, k=5)
@@ -84,7 +84,7 @@ def test_a_cached_run_with_a_document_the_collection_lacks_is_an_error(tiny, tin
 @pytest.mark.parametrize("chunk", [1, 3, 1 << 20])
 def test_first_unknown_document_is_the_first_in_run_order_whatever_the_chunk(chunk) -> None:
     from retrieval_zoo.id_index import IdIndex
-    from retrieval_zoo.lexical.bm25 import first_unknown_document
+    from retrieval_zoo.lexical.lucene_bm25 import first_unknown_document
 
     docs = IdIndex(["d1", "d2", "d3"])
     run = {"q1": {"d1": 2.0, "d2": 1.0}, "q2": {"d3": 1.0, "x": 0.5, "y": 0.1}, "q3": {"z": 1.0}}
@@ -101,7 +101,7 @@ def test_document_frequencies_of_analysed_terms(tiny, tiny_bm25) -> None:
 
 
 def test_a_damaged_cached_run_or_index_is_rebuilt_with_a_message(tiny, tmp_path, capsys) -> None:
-    from retrieval_zoo.lexical.bm25 import BM25
+    from retrieval_zoo.lexical.lucene_bm25 import BM25
 
     bm25 = BM25(tiny, threads=2, cache_dir=tmp_path)
     queries = dict(list(tiny.judged_queries("dev").items())[:5])
@@ -118,7 +118,7 @@ def test_a_damaged_cached_run_or_index_is_rebuilt_with_a_message(tiny, tmp_path,
 
 
 def test_a_truncated_lucene_file_is_found_and_the_index_rebuilt(tiny, tmp_path, capsys) -> None:
-    from retrieval_zoo.lexical.bm25 import BM25
+    from retrieval_zoo.lexical.lucene_bm25 import BM25
 
     index = BM25(tiny, threads=2, cache_dir=tmp_path).index_dir
     segment = max((f for f in index.iterdir() if f.name != "ready.json"), key=lambda f: f.stat().st_size)

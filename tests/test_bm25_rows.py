@@ -5,7 +5,7 @@ import contextlib
 import torch
 
 from retrieval_zoo.lexical import bm25_rows
-from retrieval_zoo.lexical.bm25 import BM25
+from retrieval_zoo.lexical.lucene_bm25 import BM25
 from retrieval_zoo.lexical.sparse_rows import SparseRows
 
 

@@ -12,7 +12,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from retrieval_zoo.backbones import Backbone
 from retrieval_zoo.data.collections import Collection
-from retrieval_zoo.methods.base import RetrievalMethod
+from retrieval_zoo.methods.method import RetrievalMethod
 from retrieval_zoo.validation import RetrievalValidation
 from tests.conftest import beir_layout
 from tests.test_teachers import tiny_run
@@ -263,3 +263,28 @@ def test_a_file_that_restates_python_defaults_agrees_with_them(path: str) -> Non
         assert value == expected, f"{path}: {key} is {value!r} in YAML but {default!r} in {config._target_}"
         checked += 1
     assert checked or len(config) <= 2, f"{path}: restates no default of {config._target_}"
+
+
+FUSIONS = {"dhr_fusion": ("dlr_bm25",)}  # one module assembles the paper's fusions; the others inherit dlr_bm25
+
+
+@pytest.mark.parametrize("group", ["index", "method"])
+def test_each_config_is_named_like_the_module_it_selects(group: str) -> None:
+    """A config that sets a ``_target_`` is named like its module (a variant may add a suffix: ``delade_cls``); one
+    that does not inherits its target from a config of its group."""
+    folder = Path(__file__).resolve().parents[1] / "retrieval_zoo" / "conf" / group
+    for path in sorted(folder.glob("*.yaml")):
+        raw = OmegaConf.load(path)
+        target = raw.get("_target_") or OmegaConf.select(raw, "method._target_")
+        if target is None:
+            parents = [d for d in raw.get("defaults", []) if isinstance(d, str) and d != "_self_"]
+            assert parents and all((folder / f"{d}.yaml").exists() for d in parents), path.name
+            continue
+        module = target.rsplit(".", 2)[-2]
+        assert path.stem.startswith(module) or path.stem in FUSIONS.get(module, ()), (path.name, target)
+
+
+def test_no_two_modules_share_a_file_name() -> None:
+    package = Path(__file__).resolve().parents[1] / "retrieval_zoo"
+    names = [p.name for p in package.rglob("*.py") if p.name not in ("__init__.py", "__main__.py")]
+    assert sorted({n for n in names if names.count(n) > 1}) == []

@@ -9,7 +9,7 @@ from retrieval_zoo.backbones import TinyRandomBackbone
 from retrieval_zoo.index.csf import CsfRetriever
 from retrieval_zoo.index.csf_payload import encode_bags_payload
 from retrieval_zoo.index.shards import CorpusShards
-from retrieval_zoo.lexical.csf import CsfBags, Postings, csf_bags, max_sum_scores
+from retrieval_zoo.lexical.csf_bags import CsfBags, Postings, csf_bags, max_sum_scores
 from retrieval_zoo.lexical.splade import max_pooled_logits
 from retrieval_zoo.losses import flops, quadratic_warmup
 from retrieval_zoo.methods.csurf import CSurF

@@ -2,8 +2,13 @@ import pytest
 import torch
 
 import retrieval_zoo
-from retrieval_zoo.index.terms import Gip
-from retrieval_zoo.lexical.delade import _WeightedSoftmaxMax, delade_vectors, delade_vectors_naive, rows_per_chunk
+from retrieval_zoo.index.gip import Gip
+from retrieval_zoo.lexical.delade_vectors import (
+    _WeightedSoftmaxMax,
+    delade_vectors,
+    delade_vectors_naive,
+    rows_per_chunk,
+)
 from retrieval_zoo.losses import kl_distillation
 from retrieval_zoo.methods.delade import DeLADE
 from tests.conftest import float32_rounding, tiny_encoder
@@ -82,7 +87,7 @@ def test_cpu_chunks_and_the_encoding_path_give_the_very_same_vectors_and_gradien
         return out.detach(), *torch.autograd.grad((out * upstream).sum(), leaves)
 
     whole = vectors_and_gradients()
-    monkeypatch.setattr("retrieval_zoo.lexical.delade.CPU_CHUNK_BYTES", 2 * 7 * 40 * 4)  # two rows a chunk
+    monkeypatch.setattr("retrieval_zoo.lexical.delade_vectors.CPU_CHUNK_BYTES", 2 * 7 * 40 * 4)  # two rows a chunk
     assert rows_per_chunk(logits) == 2
     for expected, chunked in zip(whole, vectors_and_gradients(), strict=True):
         assert torch.equal(expected, chunked)

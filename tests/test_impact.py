@@ -143,8 +143,8 @@ def engine_runs(index, tmp_path) -> tuple[dict, dict, object]:
     from benchmarks.sparse_engines import quantized_reference
     from retrieval_zoo.data.collections import embedded
     from retrieval_zoo.evaluation import evaluate
-    from retrieval_zoo.index.terms import Sparse
-    from retrieval_zoo.lexical.bm25 import BM25
+    from retrieval_zoo.index.sparse import Sparse
+    from retrieval_zoo.lexical.lucene_bm25 import BM25
 
     collection, model = embedded("default"), composed("method", "dlr_bm25").eval()
     queries, qrels, bm25 = collection.judged_queries("dev"), collection.qrels["dev"], BM25(collection)

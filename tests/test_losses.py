@@ -6,7 +6,7 @@ import torch
 from retrieval_zoo.batching import encode_payload, length_sorted_batches
 from retrieval_zoo.encoder import cls_pool, mean_pool
 from retrieval_zoo.losses import group_targets, in_batch_accuracy, listwise_nll
-from retrieval_zoo.methods.base import Optim
+from retrieval_zoo.methods.method import Optim
 from tests.conftest import float32_rounding
 
 

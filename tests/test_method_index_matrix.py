@@ -23,10 +23,10 @@ from hydra.utils import get_class, instantiate
 from omegaconf import OmegaConf
 
 from benchmarks.common import small_bags
-from retrieval_zoo.index.base import compatible
 from retrieval_zoo.index.bmp import BmpRetriever
 from retrieval_zoo.index.dhr import DhrRetriever
 from retrieval_zoo.index.impact import ImpactRetriever, quantize
+from retrieval_zoo.index.index import compatible
 from retrieval_zoo.index.seismic import SeismicRetriever
 from retrieval_zoo.index.shards import CorpusShards
 from retrieval_zoo.pipeline import check_method_and_index

@@ -74,9 +74,9 @@ def test_workers_tokenize_typed_queries_and_cached_tokens_are_gathered_in_proces
 ) -> None:
     """With workers (as beside a GPU), typed queries come tokenized by the workers; cached tokens, which need only a
     gather, are gathered in the process (no workers forked for them); the results are equal either way."""
-    from retrieval_zoo.index.dense import Faiss
     from retrieval_zoo.index.dhr import represent
     from retrieval_zoo.index.dlr import Slicing
+    from retrieval_zoo.index.faiss import Faiss
     from retrieval_zoo.methods.dense import DenseBiEncoder
     from retrieval_zoo.methods.dhr_fusion import DhrFusion
 

@@ -15,7 +15,7 @@ from retrieval_zoo.data.doc_rows import RankedRows
 from retrieval_zoo.data.formats import FormatError, read_run, top_k, write_run
 from retrieval_zoo.data.ranked_rows import cached_ranked_rows, read_ranked_rows
 from retrieval_zoo.id_index import IdIndex
-from retrieval_zoo.lexical import bm25 as bm25_module
+from retrieval_zoo.lexical import lucene_bm25 as bm25_module
 from retrieval_zoo.training.lookups import PairTable
 
 

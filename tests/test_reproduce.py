@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from retrieval_zoo.reproduce.__main__ import main, planned
-from retrieval_zoo.reproduce.compare import compare_table, tolerance
+from retrieval_zoo.reproduce.cells import compare_table, tolerance
 from retrieval_zoo.reproduce.registry import REGISTRY, Expected, load_registry, load_table, readme_tables
 from retrieval_zoo.reproduce.runner import Runner
 from tests.test_end_to_end import REPO, tiny_dataset

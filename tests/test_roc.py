@@ -3,7 +3,7 @@ import torch
 
 from retrieval_zoo.evaluation import evaluate
 from retrieval_zoo.index.concatenated import Concatenated
-from retrieval_zoo.index.hybrid import Union
+from retrieval_zoo.index.union import Union
 from retrieval_zoo.methods.roc import RoC
 from retrieval_zoo.training.datamodule import TrainBatch
 from tests.conftest import tiny_encoder
@@ -73,7 +73,7 @@ def test_retriever_scores_eq_11_and_sides(tiny, tiny_bm25) -> None:
 
 
 def test_exact_fusion_is_bm25_plus_lambda_cls_over_the_union(tiny, tiny_bm25) -> None:
-    from retrieval_zoo.index.hybrid import HybridRetriever
+    from retrieval_zoo.index.union import HybridRetriever
 
     model = RoC(tiny_encoder(pooling="cls")).eval()
     index = Union(depth=30, weight=2.0)

@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from retrieval_zoo.index.dense import FaissIndex
+from retrieval_zoo.index.faiss import FaissIndex
 from retrieval_zoo.index.fusion import complete, interpolate, union_gaps
 
 

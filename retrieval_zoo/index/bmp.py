@@ -51,8 +51,8 @@ from retrieval_zoo.index.forward_impacts import ForwardImpacts
 from retrieval_zoo.index.impact import Hits, ImpactRetriever, as_query
 from retrieval_zoo.index.representations import OffersTermWeights
 from retrieval_zoo.index.shards import CorpusShards
-from retrieval_zoo.index.terms import DHR_GRID, TermIndex
-from retrieval_zoo.lexical.bm25 import BM25
+from retrieval_zoo.index.term_index import DHR_GRID, TermIndex
+from retrieval_zoo.lexical.lucene_bm25 import BM25
 from retrieval_zoo.term_matrix import each_row
 
 TERM_LIMIT = 65_536  # bmp 0.2.8 numbers terms in 16 bits

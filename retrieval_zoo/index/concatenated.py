@@ -18,11 +18,11 @@ from retrieval_zoo.data.collections import Collection
 from retrieval_zoo.data.formats import Run
 from retrieval_zoo.evaluation import Measure
 from retrieval_zoo.id_index import IdIndex
-from retrieval_zoo.index.base import TENTHS_TO_TWO, EncodingIndex
-from retrieval_zoo.index.dense import Faiss, FaissIndex, vectors_payload
+from retrieval_zoo.index.faiss import Faiss, FaissIndex, vectors_payload
+from retrieval_zoo.index.index import TENTHS_TO_TWO, EncodingIndex
 from retrieval_zoo.index.representations import OffersLexicalSemantic
 from retrieval_zoo.index.shards import CorpusShards, Payload, docids_digest
-from retrieval_zoo.lexical.bm25 import BM25
+from retrieval_zoo.lexical.lucene_bm25 import BM25
 from retrieval_zoo.lexical.projection import RademacherProjection
 from retrieval_zoo.retriever import Retriever
 

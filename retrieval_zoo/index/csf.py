@@ -1,10 +1,10 @@
 """Inverted lists of contextualized surface forms, searched as CSurF trains (csurf.md §4 Implementation, §5.2).
 
 Each document CSF becomes one posting (document, source position, weight, vector) in the list of its surface form;
-the lists are contiguous arrays sorted by form (:class:`retrieval_zoo.lexical.csf.Postings`), the vectors stored in
+the lists are contiguous arrays sorted by form (:class:`retrieval_zoo.lexical.csf_bags.Postings`), the vectors stored in
 float32 or, with ``vector_dtype``, in 16 bits. Postings with weight below ``prune_threshold`` (1e-8) are dropped at
 indexing time, and post-hoc pruning drops the lowest-weight fraction α of all postings (Figure 2). A query is scored
-by :func:`retrieval_zoo.lexical.csf.max_sum_scores`: each query CSF against its form's list, vectorised, a block of
+by :func:`retrieval_zoo.lexical.csf_bags.max_sum_scores`: each query CSF against its form's list, vectorised, a block of
 pairs at a time; max-reduced into (query token, document); summed; top k. With nothing pruned this is the
 training-time score of every document (a test holds it to brute force). The lists are built per shard of the corpus
 and may be split over processes (:mod:`retrieval_zoo.index.process_shards`): each shard's top k are merged exactly.
@@ -24,7 +24,6 @@ import torch
 from retrieval_zoo.batching import PLAIN_QUERIES, QueryPrep, Texts, prepared_batches
 from retrieval_zoo.data.collections import Collection
 from retrieval_zoo.data.formats import Run
-from retrieval_zoo.index.base import EncodingIndex
 from retrieval_zoo.index.csf_payload import (
     BagEncoder,
     VectorDtype,
@@ -34,7 +33,8 @@ from retrieval_zoo.index.csf_payload import (
     storage_dtype,
     token_counts,
 )
-from retrieval_zoo.index.gip import default_device
+from retrieval_zoo.index.gip_search import default_device
+from retrieval_zoo.index.index import EncodingIndex
 from retrieval_zoo.index.process_shards import (
     ShardedSearch,
     all_sum,
@@ -49,8 +49,8 @@ from retrieval_zoo.index.process_shards import (
 )
 from retrieval_zoo.index.representations import OffersCsfBags
 from retrieval_zoo.index.shards import CorpusShards, Payload
-from retrieval_zoo.lexical.bm25 import BM25
-from retrieval_zoo.lexical.csf import CsfBags, Postings, max_sum_scores, search_pair_chunk
+from retrieval_zoo.lexical.csf_bags import CsfBags, Postings, max_sum_scores, search_pair_chunk
+from retrieval_zoo.lexical.lucene_bm25 import BM25
 from retrieval_zoo.retriever import Retriever
 
 
@@ -74,7 +74,8 @@ class CsfRetriever(Retriever):
         vector_dtype: How the postings' vectors are stored: ``float32``, or ``float16`` / ``bfloat16`` (half the
             bytes; each pair is still scored in float32).
         compiled: Score pairs with one torch.compile'd kernel a block (see
-            :func:`~retrieval_zoo.lexical.csf.max_sum_scores`): the same scores to float32 rounding, not the same bits.
+            :func:`~retrieval_zoo.lexical.csf_bags.max_sum_scores`): the same scores to float32 rounding, not the
+            same bits.
     """
 
     def __init__(

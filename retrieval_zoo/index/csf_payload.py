@@ -15,7 +15,7 @@ import torch
 from retrieval_zoo.batching import Item, Texts, prepared_batches
 from retrieval_zoo.bounds import require_choice
 from retrieval_zoo.index.shards import Payload
-from retrieval_zoo.lexical.csf import CsfBags
+from retrieval_zoo.lexical.csf_bags import CsfBags
 
 BagEncoder = Callable[[Item], CsfBags]
 PAYLOAD_FIELDS = ("text", "surface", "source", "weight", "vector", "original")

@@ -19,9 +19,9 @@ from retrieval_zoo.data.corpus_store import corpus_ids
 from retrieval_zoo.encoder import Encoder
 from retrieval_zoo.index.representations import OffersVectors, TermEncoder
 from retrieval_zoo.index.shards import Payload
-from retrieval_zoo.index.terms import BERT_DISCARD
-from retrieval_zoo.lexical.bm25 import BM25
+from retrieval_zoo.index.term_index import BERT_DISCARD
 from retrieval_zoo.lexical.bm25_rows import document_rows
+from retrieval_zoo.lexical.lucene_bm25 import BM25
 from retrieval_zoo.lexical.sparse_rows import SparseRows
 from retrieval_zoo.lexical.splade import splade_vectors
 from retrieval_zoo.term_matrix import to_csr

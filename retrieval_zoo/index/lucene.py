@@ -5,9 +5,9 @@ from __future__ import annotations
 from typing import ClassVar
 
 from retrieval_zoo.data.collections import Collection
-from retrieval_zoo.index.base import Index
+from retrieval_zoo.index.index import Index
 from retrieval_zoo.index.shards import CorpusShards
-from retrieval_zoo.lexical.bm25 import BM25
+from retrieval_zoo.lexical.lucene_bm25 import BM25
 from retrieval_zoo.retriever import Represented
 
 

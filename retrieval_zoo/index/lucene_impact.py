@@ -25,10 +25,10 @@ from retrieval_zoo.index.dhr import PartEncoder
 from retrieval_zoo.index.impact import Hits, ImpactRetriever, as_query, document_impacts, quantize
 from retrieval_zoo.index.representations import OffersTermWeights
 from retrieval_zoo.index.shards import CorpusShards
-from retrieval_zoo.index.terms import DHR_GRID, TermIndex
+from retrieval_zoo.index.term_index import DHR_GRID, TermIndex
 from retrieval_zoo.lexical import lucene_ops
-from retrieval_zoo.lexical.bm25 import BM25, file_sizes
 from retrieval_zoo.lexical.java import LuceneWorker, indexing_options
+from retrieval_zoo.lexical.lucene_bm25 import BM25, file_sizes
 from retrieval_zoo.term_matrix import each_row
 
 

@@ -38,7 +38,7 @@ def split_over_processes() -> Iterator[None]:
 
     Validation during training builds a whole index on every rank, each searching its own queries, so splitting is
     asked for where every rank searches the same queries: :func:`retrieval_zoo.evaluation_run.evaluate_method` on rank 0
-    and :meth:`retrieval_zoo.index.base.Index.serve` on the others.
+    and :meth:`retrieval_zoo.index.index.Index.serve` on the others.
     """
     token = _SPLIT.set(True)
     try:

@@ -25,8 +25,8 @@ from retrieval_zoo.batching import PLAIN_QUERIES, Item, QueryPrep, Texts
 from retrieval_zoo.data.collections import Collection
 from retrieval_zoo.encoder import Encoder
 from retrieval_zoo.index.shards import Payload
-from retrieval_zoo.lexical.bm25 import BM25
-from retrieval_zoo.lexical.csf import CsfBags
+from retrieval_zoo.lexical.csf_bags import CsfBags
+from retrieval_zoo.lexical.lucene_bm25 import BM25
 from retrieval_zoo.lexical.projection import RademacherProjection
 from retrieval_zoo.retriever import Represented
 from retrieval_zoo.tokens import Tokens
@@ -103,7 +103,7 @@ class OffersTermWeights(Represented, Protocol):
 class EncodesTerms(Encodes, Protocol):
     """A method whose encoder's MLM head gives each text's term weights over its vocabulary (DeLADE, CSurF).
 
-    What :func:`retrieval_zoo.index.terms.encoder_term_weights` reads to make its :class:`TermEncoder`.
+    What :func:`retrieval_zoo.index.term_index.encoder_term_weights` reads to make its :class:`TermEncoder`.
     """
 
     @property

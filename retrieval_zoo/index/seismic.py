@@ -29,8 +29,8 @@ from retrieval_zoo.index.dhr import PartEncoder
 from retrieval_zoo.index.impact import Hits, ImpactRetriever
 from retrieval_zoo.index.representations import OffersTermWeights
 from retrieval_zoo.index.shards import CorpusShards
-from retrieval_zoo.index.terms import DHR_GRID, TermIndex
-from retrieval_zoo.lexical.bm25 import BM25
+from retrieval_zoo.index.term_index import DHR_GRID, TermIndex
+from retrieval_zoo.lexical.lucene_bm25 import BM25
 from retrieval_zoo.term_matrix import columns_from, parts, to_csr
 
 INSTALL = "pip install pyseismic-lsr==0.5.4  (or: pip install -e '.[engines]')"

@@ -4,7 +4,7 @@ delade-dhr.md compares each DLR/DHR with the sparse retrieval it replaces (Table
 |V|-dimensional lexical vectors are kept as one matrix (sparse CSR, or dense where that is smaller) and scored
 exactly, <q_BoW, d_BoW>, beside an optional [CLS] part added as λ·<q_cls, d_cls>: the exact fused score the model
 trains on (Eq. 13). The same ``search(part=) / side / nbytes`` interface as
-:class:`retrieval_zoo.index.dhr.DhrRetriever`; ``index=sparse`` selects it (:class:`retrieval_zoo.index.terms.Sparse`).
+:class:`retrieval_zoo.index.dhr.DhrRetriever`; ``index=sparse`` selects it (:class:`Sparse`).
 """
 
 from __future__ import annotations
@@ -12,10 +12,14 @@ from __future__ import annotations
 import torch
 
 from retrieval_zoo.batching import PLAIN_QUERIES, QueryPrep, encode_payload
+from retrieval_zoo.data.collections import Collection
 from retrieval_zoo.data.formats import Run
 from retrieval_zoo.index.dhr import PartEncoder, PartSearch
-from retrieval_zoo.index.gip import default_device
+from retrieval_zoo.index.gip_search import default_device
+from retrieval_zoo.index.representations import OffersTermWeights
 from retrieval_zoo.index.shards import CorpusShards
+from retrieval_zoo.index.term_index import TermIndex
+from retrieval_zoo.lexical.lucene_bm25 import BM25
 from retrieval_zoo.term_matrix import cat_rows, columns_from, dense_rows, is_csr, nbytes, nonzeros, row_range, to_csr
 
 SCORING_FLOATS = 1 << 25  # a batch of queries densified for scoring holds at most this many floats (128 MB)
@@ -114,3 +118,18 @@ class SparseRetriever(PartSearch):
             for qid, row_scores, row_ids in zip(qids[start:], top_scores.tolist(), rows.tolist(), strict=False):
                 run[qid] = {self.docids[r]: s for r, s in zip(row_ids, row_scores, strict=True)}
         return run
+
+
+class Sparse(TermIndex):
+    """The exact |V|-wide term vectors (+ λ·[CLS]) in one matrix: the reference of GIP (``conf/index/sparse.yaml``).
+
+    Args as in :class:`TermIndex`.
+    """
+
+    def build(
+        self, method: OffersTermWeights, collection: Collection, bm25: BM25, shards: CorpusShards | None = None
+    ) -> SparseRetriever:
+        """The corpus's term vectors as one sparse (or dense, when denser) matrix."""
+        encoder, shards = self.encoder_and_shards(method, collection, bm25, shards)
+        return SparseRetriever(encoder.encode_queries, shards, self.fusion_weight(encoder), encoder.discard,
+                               encoder.batch_size, queries=encoder.queries)  # fmt: skip

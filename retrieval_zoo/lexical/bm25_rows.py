@@ -22,7 +22,7 @@ import torch
 from tqdm import tqdm
 
 from retrieval_zoo.cache import atomic_path, entry_lock, fingerprint, seal, sealed
-from retrieval_zoo.lexical.bm25 import BM25, INDEX_FORMAT
+from retrieval_zoo.lexical.lucene_bm25 import BM25, INDEX_FORMAT
 from retrieval_zoo.lexical.sparse_rows import SparseRows
 
 PART = 50_000  # documents whose bags are held at a time

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-from retrieval_zoo.methods.base import RetrievalMethod
+from retrieval_zoo.methods.method import RetrievalMethod
 
 
 class BM25Method(RetrievalMethod):

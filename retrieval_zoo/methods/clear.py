@@ -18,8 +18,8 @@ import torch
 
 from retrieval_zoo.encoder import Encoder
 from retrieval_zoo.losses import MarginNormalization, check_margin_normalization, residual_hinge, residual_margin
-from retrieval_zoo.methods.base import Optim
 from retrieval_zoo.methods.dense import DenseBiEncoder
+from retrieval_zoo.methods.method import Optim
 from retrieval_zoo.training.datamodule import TrainBatch, required
 
 

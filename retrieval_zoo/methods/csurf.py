@@ -27,9 +27,9 @@ from retrieval_zoo.data.collections import Collection
 from retrieval_zoo.distributed import global_mean
 from retrieval_zoo.encoder import Encoder
 from retrieval_zoo.index.representations import TermEncoder
-from retrieval_zoo.index.terms import encoder_term_weights
-from retrieval_zoo.lexical.bm25 import BM25
-from retrieval_zoo.lexical.csf import Bags, CsfBags, Postings, csf_bags, gather_bags, max_sum_scores
+from retrieval_zoo.index.term_index import encoder_term_weights
+from retrieval_zoo.lexical.csf_bags import Bags, CsfBags, Postings, csf_bags, gather_bags, max_sum_scores
+from retrieval_zoo.lexical.lucene_bm25 import BM25
 from retrieval_zoo.lexical.splade import max_pooled_logits, mlm_head_parts
 from retrieval_zoo.losses import (
     KlDirection,
@@ -39,7 +39,7 @@ from retrieval_zoo.losses import (
     own_group,
     quadratic_warmup,
 )
-from retrieval_zoo.methods.base import BiEncoder, Optim
+from retrieval_zoo.methods.method import BiEncoder, Optim
 from retrieval_zoo.rows import take_rows
 from retrieval_zoo.tokens import Tokens
 from retrieval_zoo.training.datamodule import TrainBatch, required

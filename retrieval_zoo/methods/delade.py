@@ -20,12 +20,12 @@ import torch
 from retrieval_zoo.data.collections import Collection
 from retrieval_zoo.encoder import Encoder
 from retrieval_zoo.index.representations import TermEncoder
-from retrieval_zoo.index.terms import BERT_DISCARD, encoder_term_weights
-from retrieval_zoo.lexical.bm25 import BM25
-from retrieval_zoo.lexical.delade import delade_vectors
+from retrieval_zoo.index.term_index import BERT_DISCARD, encoder_term_weights
+from retrieval_zoo.lexical.delade_vectors import delade_vectors
+from retrieval_zoo.lexical.lucene_bm25 import BM25
 from retrieval_zoo.losses import kl_distillation
-from retrieval_zoo.methods.base import Optim
 from retrieval_zoo.methods.dense import DenseBiEncoder
+from retrieval_zoo.methods.method import Optim
 from retrieval_zoo.teachers import Teacher, TeacherRef
 from retrieval_zoo.tokens import Tokens
 from retrieval_zoo.training.datamodule import TrainBatch, required

@@ -16,7 +16,7 @@ import torch
 from retrieval_zoo.distributed import gather_rows
 from retrieval_zoo.encoder import Encoder
 from retrieval_zoo.losses import contrastive_nll
-from retrieval_zoo.methods.base import BiEncoder, Optim
+from retrieval_zoo.methods.method import BiEncoder, Optim
 from retrieval_zoo.tokens import Tokens
 from retrieval_zoo.training.datamodule import TrainBatch
 

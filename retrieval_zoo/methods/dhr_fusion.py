@@ -19,9 +19,9 @@ from retrieval_zoo.data.collections import Collection
 from retrieval_zoo.encoder import Encoder
 from retrieval_zoo.index.fused_terms import CachedSide, bm25_part, fused_term_encoder, splade_part
 from retrieval_zoo.index.representations import TermEncoder
-from retrieval_zoo.lexical.bm25 import BM25
-from retrieval_zoo.methods.base import RetrievalMethod
+from retrieval_zoo.lexical.lucene_bm25 import BM25
 from retrieval_zoo.methods.dense import DenseBiEncoder
+from retrieval_zoo.methods.method import RetrievalMethod
 
 LexicalSide = Literal["bm25", "splade"]
 

@@ -29,9 +29,9 @@ from retrieval_zoo.encoder import Encoder
 from retrieval_zoo.lexical.projection import RademacherProjection
 from retrieval_zoo.lexical.sparse_rows import SparseBatch
 from retrieval_zoo.losses import orthogonality
-from retrieval_zoo.methods.base import Optim
 from retrieval_zoo.methods.dense import DenseBiEncoder
 from retrieval_zoo.methods.masking import mask_exact_matches
+from retrieval_zoo.methods.method import Optim
 from retrieval_zoo.training.datamodule import TrainBatch
 
 LexicalScale = Literal["paper", "lucene"]

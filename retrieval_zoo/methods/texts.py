@@ -1,6 +1,6 @@
 """What the data and index sides read of a method's encoders: token caches, query batching, encoding settings.
 
-:class:`EncoderTexts` is mixed into :class:`~retrieval_zoo.methods.base.RetrievalMethod`, whose own body is the
+:class:`EncoderTexts` is mixed into :class:`~retrieval_zoo.methods.method.RetrievalMethod`, whose own body is the
 training contract. Nothing here is a method's choice but ``term_keys`` (RoC's projection keys) and the encode batch
 size of a fusion; the index Protocols (:class:`~retrieval_zoo.index.representations.Encodes`) read these members.
 """

@@ -24,7 +24,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from retrieval_zoo.cache import write_json
-from retrieval_zoo.reproduce.compare import as_json, compare_table, markdown
+from retrieval_zoo.reproduce.cells import as_json, compare_table, markdown
 from retrieval_zoo.reproduce.registry import REGISTRY, Job, Table, load_registry, load_tolerances
 from retrieval_zoo.reproduce.runner import ROOT, Runner
 

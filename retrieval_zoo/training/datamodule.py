@@ -30,7 +30,7 @@ from retrieval_zoo.data.corpus_store import corpus_ids
 from retrieval_zoo.data.doc_rows import RankedRows
 from retrieval_zoo.data.ranked_rows import cached_ranked_rows
 from retrieval_zoo.id_index import IdIndex
-from retrieval_zoo.lexical.bm25 import BM25
+from retrieval_zoo.lexical.lucene_bm25 import BM25
 from retrieval_zoo.lexical.sparse_rows import SparseBatch
 from retrieval_zoo.tokens import TextTokenizer, TokenCache, Tokens
 from retrieval_zoo.training.loaders import GroupDataset, ResumableLoader

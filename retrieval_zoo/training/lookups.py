@@ -16,7 +16,7 @@ import torch
 
 from retrieval_zoo.data.doc_rows import DocRows, RankedRows, entry_rows, row_blocks
 from retrieval_zoo.id_index import IdIndex, find_sorted
-from retrieval_zoo.lexical.bm25 import BM25
+from retrieval_zoo.lexical.lucene_bm25 import BM25
 from retrieval_zoo.lexical.sparse_rows import SparseRows
 from retrieval_zoo.training.negatives import GroupSampling
 

@@ -17,7 +17,7 @@ import numpy as np
 from retrieval_zoo.cache import fingerprint
 from retrieval_zoo.data.collections import Collection
 from retrieval_zoo.data.corpus_store import CorpusSubset, corpus_ids
-from retrieval_zoo.lexical.bm25 import BM25
+from retrieval_zoo.lexical.lucene_bm25 import BM25
 
 
 def candidate_pool(collection: Collection, bm25: BM25, split: str, qids: list[str], depth: int) -> Collection:

@@ -1,4 +1,7 @@
-"""Indexes over term weights: DLR/DHR searched by gated inner product, and the exact sparse reference.
+"""What the indexes over term weights share: the method's :class:`TermEncoder` and the [CLS] part's fusion weight.
+
+The families: DLR/DHR searched by gated inner product (:mod:`retrieval_zoo.index.gip`), the exact sparse reference
+(:mod:`retrieval_zoo.index.sparse`), and the learned-sparse engines (BMP, Seismic, Lucene impact).
 
 A method that produces ``term_weights`` hands over a :class:`TermEncoder`: |V|-wide lexical vectors per text, dense
 or sparse CSR (:mod:`retrieval_zoo.term_matrix`: BM25's and SPLADE's are CSR, DeLADE's softmax vectors dense), with
@@ -16,17 +19,13 @@ from typing import Any, ClassVar
 import torch
 
 from retrieval_zoo.batching import Item, encode_payload
-from retrieval_zoo.bounds import require_choice
 from retrieval_zoo.data.collections import Collection
 from retrieval_zoo.data.corpus_store import corpus_ids
 from retrieval_zoo.evaluation import Measure
-from retrieval_zoo.index.base import Index
-from retrieval_zoo.index.dhr import DhrRetriever
-from retrieval_zoo.index.dlr import Slicing, SlicingStrategy
+from retrieval_zoo.index.index import Index
 from retrieval_zoo.index.representations import EncodesTerms, OffersTermWeights, TermEncoder
 from retrieval_zoo.index.shards import CorpusShards, Payload, ShardEncoder
-from retrieval_zoo.index.sparse import SparseRetriever
-from retrieval_zoo.lexical.bm25 import BM25
+from retrieval_zoo.lexical.lucene_bm25 import BM25
 
 BERT_DISCARD = 570  # BERT's leading [PAD], [unused*], [UNK], [CLS], ... ids, dropped before slicing (§4.2)
 ON_DEMAND_SHARD = 1024  # documents whose |V|-wide vectors exist at once when a corpus is densified on demand
@@ -100,62 +99,3 @@ class TermIndex(Index[OffersTermWeights]):
     def fusion_weight(self, encoder: TermEncoder) -> float:
         """λ of the [CLS] part as indexed."""
         return encoder.weight if self.weight is None else self.weight
-
-
-class Gip(TermIndex):
-    """DLR/DHR vectors searched by gated inner product (delade-dhr.md §3.1–3.4; ``conf/index/gip.yaml``).
-
-    Args:
-        slices: M, the DLR dimension (768, 256 or 128).
-        slicing: ``stride`` (default), ``contiguous`` or ``random`` (Table 6).
-        first_stage: ``approximate_gip`` (Eq. 18), ``inner_product``, or null for exact GIP over the corpus.
-        theta: θ of approximate GIP (0.3 for DHRs).
-        candidates: K′ re-ranked by exact GIP (10,000, capped by the corpus size).
-        weight: λ of the [CLS] part at indexing; null takes the method's.
-        weight_grid: λ values tried when evaluation tunes.
-        tune_measure: What tuning maximises.
-    """
-
-    def __init__(
-        self,
-        slices: int = 768,
-        slicing: SlicingStrategy = "stride",
-        first_stage: str | None = "approximate_gip",
-        theta: float = 0.3,
-        candidates: int = 10_000,
-        weight: float | None = None,
-        weight_grid: tuple[float, ...] = DHR_GRID,
-        tune_measure: Measure = "MRR@10",
-    ) -> None:
-        super().__init__(weight, weight_grid, tune_measure)
-        if slices < 1:
-            raise ValueError(f"index.slices must be at least 1, not {slices} (index=sparse searches exactly)")
-        require_choice("index.slicing", slicing, SlicingStrategy)
-        self.slices, self.slicing = slices, slicing
-        self.first_stage, self.theta, self.candidates = first_stage, theta, candidates
-
-    def build(
-        self, method: OffersTermWeights, collection: Collection, bm25: BM25, shards: CorpusShards | None = None
-    ) -> DhrRetriever:
-        """Densify the corpus's term vectors (and join the [CLS] ones) into GIP indexes, one per shard."""
-        encoder, shards = self.encoder_and_shards(method, collection, bm25, shards)
-        slicing = Slicing(encoder.vocab_size, self.slices, encoder.discard, self.slicing)
-        return DhrRetriever(
-            encoder.encode_queries, shards, slicing, self.fusion_weight(encoder), self.first_stage, self.theta,
-            self.candidates, encoder.batch_size, terms=encoder.terms, queries=encoder.queries,
-        )  # fmt: skip
-
-
-class Sparse(TermIndex):
-    """The exact |V|-wide term vectors (+ λ·[CLS]) in one matrix: the reference of GIP (``conf/index/sparse.yaml``).
-
-    Args as in :class:`TermIndex`.
-    """
-
-    def build(
-        self, method: OffersTermWeights, collection: Collection, bm25: BM25, shards: CorpusShards | None = None
-    ) -> SparseRetriever:
-        """The corpus's term vectors as one sparse (or dense, when denser) matrix."""
-        encoder, shards = self.encoder_and_shards(method, collection, bm25, shards)
-        return SparseRetriever(encoder.encode_queries, shards, self.fusion_weight(encoder), encoder.discard,
-                               encoder.batch_size, queries=encoder.queries)  # fmt: skip

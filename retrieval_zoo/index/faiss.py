@@ -18,10 +18,10 @@ from retrieval_zoo.batching import PLAIN_QUERIES, QueryPrep, Texts, encode_all, 
 from retrieval_zoo.data.collections import Collection
 from retrieval_zoo.data.formats import Run
 from retrieval_zoo.id_index import IdIndex
-from retrieval_zoo.index.base import EncodingIndex
+from retrieval_zoo.index.index import EncodingIndex
 from retrieval_zoo.index.representations import OffersVectors
 from retrieval_zoo.index.shards import CorpusShards, Payload
-from retrieval_zoo.lexical.bm25 import BM25
+from retrieval_zoo.lexical.lucene_bm25 import BM25
 from retrieval_zoo.retriever import Retriever
 
 VectorShard = tuple[Sequence[str] | range, np.ndarray]

@@ -21,7 +21,7 @@ from retrieval_zoo.data.formats import Qrels
 from retrieval_zoo.evaluation import Measure, tune_weight
 from retrieval_zoo.index.representations import Encodes
 from retrieval_zoo.index.shards import CorpusShards, Payload, ShardEncoder
-from retrieval_zoo.lexical.bm25 import BM25
+from retrieval_zoo.lexical.lucene_bm25 import BM25
 from retrieval_zoo.retriever import Represented, Retriever
 
 TENTHS_TO_TWO = tuple(round(0.1 * i, 1) for i in range(21))  # 0, 0.1, ..., 2.0: a fusion weight's default grid

@@ -10,12 +10,12 @@ from retrieval_zoo.bounds import require_choice
 from retrieval_zoo.data.collections import Collection
 from retrieval_zoo.data.formats import Run, top_k
 from retrieval_zoo.evaluation import Measure
-from retrieval_zoo.index.base import TENTHS_TO_TWO, EncodingIndex
-from retrieval_zoo.index.dense import DenseRetriever, Faiss
+from retrieval_zoo.index.faiss import DenseRetriever, Faiss
 from retrieval_zoo.index.fusion import complete, interpolate, union_gaps
+from retrieval_zoo.index.index import TENTHS_TO_TWO, EncodingIndex
 from retrieval_zoo.index.representations import OffersVectors
 from retrieval_zoo.index.shards import CorpusShards, Payload
-from retrieval_zoo.lexical.bm25 import BM25
+from retrieval_zoo.lexical.lucene_bm25 import BM25
 from retrieval_zoo.retriever import Retriever
 
 Part = Literal["lexical", "semantic"]

@@ -1,0 +1,175 @@
+"""Search over DLR/DHR vectors by gated inner product: exact brute force, and the paper's two-stage search (§3.4).
+
+Exact search scores every document by GIP (Eq. 11), in chunks, on the GPU when there is one. Two-stage search
+first scores with approximate GIP over only the query dimensions whose value exceeds θ (Eq. 18), or with a plain
+inner product of the values (faiss Flat, gates ignored), keeps the top K′, and re-ranks those by exact GIP.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+from tqdm import tqdm
+
+from retrieval_zoo.data.formats import Run
+from retrieval_zoo.index.dlr import gip
+from retrieval_zoo.index.faiss import FaissIndex
+
+FIRST_STAGES = ("approximate_gip", "inner_product")
+
+
+def default_device() -> torch.device:
+    """The GPU when there is one, else the CPU."""
+    return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+
+
+class GipIndex:
+    """Documents as (values, indices) pairs, searched by GIP.
+
+    Args:
+        values: (C, M) float16 document values (DLR or DHR).
+        indices: (C, M) document indices.
+        docids: The documents' ids, in row order.
+        device: Where scoring runs (default: the GPU when present). Values are scored in float32 on the CPU and in
+            float16 on a GPU.
+        chunk_elements: Bound on the (queries × documents × M) gate tensor of one exact-GIP step.
+        open_dims: Trailing dimensions whose gate is always open (a DHR's [CLS] part): their positions are not
+            counted in :attr:`nbytes`, since they need not be stored.
+        batched_first_stage: Eq. 18 for a whole query batch as one chunked GIP with the dimensions at or below θ
+            zeroed (no host synchronisation a query; on a CPU about M / (dimensions above θ) times the work of the
+            per-query loop over the dimensions above θ). Default: on a GPU.
+    """
+
+    def __init__(
+        self,
+        values: np.ndarray,
+        indices: np.ndarray,
+        docids: list[str],
+        device: torch.device | str | None = None,
+        chunk_elements: int = 1 << 25,
+        open_dims: int = 0,
+        batched_first_stage: bool | None = None,
+    ) -> None:
+        if not (values.shape == indices.shape and values.shape[0] == len(docids)):
+            raise ValueError(f"values {values.shape}, indices {indices.shape} and {len(docids)} ids disagree")
+        self.device = torch.device(device) if device is not None else default_device()
+        self.dtype = torch.float16 if self.device.type == "cuda" else torch.float32
+        self.values = torch.from_numpy(values).to(self.device, self.dtype)
+        self.indices = torch.from_numpy(indices.astype(np.int16 if indices.dtype == np.uint8 else np.int32))
+        self.indices = self.indices.to(self.device)
+        self.docids, self.chunk_elements = list(docids), chunk_elements
+        self.index_itemsize, self.open_dims = indices.dtype.itemsize, open_dims
+        self._flat: FaissIndex | None = None
+        self.batched_first_stage = self.device.type == "cuda" if batched_first_stage is None else batched_first_stage
+
+    @property
+    def nbytes(self) -> int:
+        """Stored size: float16 values, plus positions at their stored width (uint8 or uint16) for gated dims."""
+        rows, dims = self.values.shape
+        return rows * (2 * dims + self.index_itemsize * (dims - self.open_dims))
+
+    def _queries(self, values: np.ndarray, indices: np.ndarray) -> tuple[torch.Tensor, torch.Tensor]:
+        return (
+            torch.from_numpy(values).to(self.device, self.dtype),
+            torch.from_numpy(indices.astype(np.int32)).to(self.device, self.indices.dtype),
+        )
+
+    def exact_scores(
+        self, q_values: torch.Tensor, q_indices: torch.Tensor, rows: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        """(Q, C) exact GIP of each query with every document (or with ``rows`` of them, (Q, K′))."""
+        if rows is not None:  # per-query candidate lists: (q, K′, M) gathered documents, q bounded by the chunk size
+            step = max(1, self.chunk_elements // max(1, rows.shape[1] * q_values.shape[1]))
+            parts = []
+            for i in range(0, rows.shape[0], step):
+                chunk = rows[i : i + step]
+                gate = self.indices[chunk] == q_indices[i : i + step].unsqueeze(1)
+                parts.append((gate * self.values[chunk] * q_values[i : i + step].unsqueeze(1)).float().sum(dim=2))
+            return torch.cat(parts)
+        step = max(1, self.chunk_elements // max(1, q_values.shape[0] * q_values.shape[1]))
+        parts = [
+            gip(q_values, q_indices, self.values[i : i + step], self.indices[i : i + step])
+            for i in range(0, self.values.shape[0], step)
+        ]
+        return torch.cat(parts, dim=1)
+
+    def search(
+        self,
+        values: np.ndarray,
+        indices: np.ndarray,
+        qids: list[str],
+        k: int,
+        first_stage: str | None = None,
+        theta: float = 0.3,
+        candidates: int = 10_000,
+        batch_size: int = 64,
+    ) -> Run:
+        """Top ``k`` documents per query by exact GIP, after an optional first stage.
+
+        Args:
+            values: (Q, M) query values.
+            indices: (Q, M) query indices.
+            qids: Query ids, in row order.
+            k: Documents returned per query.
+            first_stage: None (exact GIP over the whole corpus), ``approximate_gip`` (Eq. 18, dimensions with
+                value > θ) or ``inner_product`` (faiss Flat over the values); either keeps ``candidates`` (K′,
+                capped by the corpus size) for the exact re-ranking.
+            theta: θ of the approximate GIP.
+            candidates: K′.
+            batch_size: Queries scored together.
+        """
+        if first_stage is not None and first_stage not in FIRST_STAGES:
+            raise ValueError(f"first_stage must be None or one of {FIRST_STAGES}, not {first_stage!r}")
+        run: Run = {}
+        depth = min(candidates, len(self.docids))
+        for start in tqdm(range(0, len(qids), batch_size), desc="gip search", unit="batch", leave=False):
+            q_values, q_indices = self._queries(values[start : start + batch_size], indices[start : start + batch_size])
+            if first_stage is None or depth >= len(self.docids):  # K′ covers the corpus: the re-rank is exact GIP
+                scores, rows = self.exact_scores(q_values, q_indices).topk(min(k, len(self.docids)), dim=1)
+            else:
+                shortlist = self._first_stage(first_stage, q_values, q_indices, theta, depth, start, values)
+                rescored = self.exact_scores(q_values, q_indices, shortlist)
+                scores, order = rescored.topk(min(k, depth), dim=1)
+                rows = shortlist.gather(1, order)
+            for qid, row_scores, row_ids in zip(qids[start:], scores.tolist(), rows.tolist(), strict=False):
+                run[qid] = {self.docids[r]: s for r, s in zip(row_ids, row_scores, strict=True)}
+        return run
+
+    def _first_stage(
+        self,
+        name: str,
+        q_values: torch.Tensor,
+        q_indices: torch.Tensor,
+        theta: float,
+        depth: int,
+        start: int,
+        all_values: np.ndarray,
+    ) -> torch.Tensor:
+        """(Q, K′) candidate rows of a query batch."""
+        if name == "inner_product":
+            if self._flat is None:
+                self._flat = FaissIndex("Flat").build(self.values.float().cpu().numpy(), range(len(self.docids)))
+            batch = all_values[start : start + q_values.shape[0]].astype(np.float32)
+            return torch.from_numpy(self._flat.search_rows(batch, depth)[1]).to(self.device)
+        if self.batched_first_stage:
+            return self.exact_scores(above_theta(q_values, theta), q_indices).topk(depth, dim=1).indices
+        shortlists = []
+        for q_value, q_index in zip(q_values, q_indices, strict=True):  # Eq. 18: only the dimensions above θ
+            dims = (q_value > theta).nonzero().flatten()
+            if len(dims) == 0:  # nothing above θ: the largest dimension alone, as the reference code does
+                dims = q_value.argmax().reshape(1)
+            gate = self.indices[:, dims] == q_index[dims]
+            partial = (gate * self.values[:, dims]).float() @ q_value[dims].float()
+            shortlists.append(partial.topk(depth).indices)
+        return torch.stack(shortlists)
+
+
+def above_theta(q_values: torch.Tensor, theta: float) -> torch.Tensor:
+    """(Q, M) query values with the dimensions at or below θ zeroed (Eq. 18).
+
+    A query with none above θ keeps its largest dimension alone, as the reference code does.
+    """
+    keep = q_values > theta
+    largest = torch.arange(q_values.shape[1], device=q_values.device) == q_values.argmax(dim=1, keepdim=True)
+    keep |= largest & ~keep.any(dim=1, keepdim=True)
+    return torch.where(keep, q_values, torch.zeros((), dtype=q_values.dtype, device=q_values.device))
