@@ -1,7 +1,7 @@
 """Corpus encoding throughput by Lightning predict on 1 vs N processes (DDP), side by side in one run.
 
 Each setting encodes the same documents of the embedded collection with the default dense model (SPLADE-tiny
-backbone) into a fresh shard cache, through :func:`retrieval_zoo.corpus_encoding.encode_corpus` as evaluation runs
+backbone) into a fresh shard cache, through :func:`retrieval_zoo.encoding.corpus.encode_corpus` as evaluation runs
 it. On CPUs the cores are split evenly between the processes (torch threads = cores / processes), so the ratio
 shows what data parallelism adds over intra-op threading on the same cores; on GPUs each process gets a device.
 Timed: the encoding call alone, on rank 0, until every rank has written its shards; a warm-up call on other
@@ -31,10 +31,10 @@ def worker(args: argparse.Namespace) -> None:
     import lightning as L
     import torch
 
-    from retrieval_zoo.backbones import Backbone
-    from retrieval_zoo.corpus_encoding import encode_corpus
     from retrieval_zoo.data.collections import embedded
-    from retrieval_zoo.encoder import Encoder
+    from retrieval_zoo.encoding.backbones import Backbone
+    from retrieval_zoo.encoding.corpus import encode_corpus
+    from retrieval_zoo.encoding.encoder import Encoder
     from retrieval_zoo.index.faiss import Faiss
     from retrieval_zoo.methods.dense import DenseBiEncoder
 

@@ -16,9 +16,9 @@ import torch
 from torch.utils.flop_counter import FlopCounterMode
 
 from benchmarks.common import header, matmul_gflops
-from retrieval_zoo.backbones import Backbone
-from retrieval_zoo.batching import length_sorted_batches
 from retrieval_zoo.data.collections import embedded
+from retrieval_zoo.encoding.backbones import Backbone
+from retrieval_zoo.encoding.batching import length_sorted_batches
 from retrieval_zoo.lexical.splade import splade_vectors, splade_vectors_naive
 
 

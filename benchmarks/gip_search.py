@@ -23,7 +23,7 @@ import torch
 
 from benchmarks.common import composed, header, side_by_side
 from retrieval_zoo.data.collections import embedded
-from retrieval_zoo.evaluation import evaluate
+from retrieval_zoo.evaluation.metrics import evaluate
 from retrieval_zoo.index.faiss import FaissIndex
 from retrieval_zoo.index.gip import Gip
 from retrieval_zoo.index.shards import CorpusShards, ShardEncoder

@@ -23,7 +23,7 @@ for stage in "$@"; do
       python3 -c "import torch, transformers, lightning; print('torch', torch.__version__, 'transformers',
         transformers.__version__, 'lightning', lightning.__version__, torch.cuda.get_device_name())"
       cat .gpu/commit
-      python3 -c "import retrieval_zoo.pipeline" && python3 train.py --cfg job >/dev/null && echo compose ok
+      python3 -c "import retrieval_zoo.evaluation.pipeline" && python3 train.py --cfg job >/dev/null && echo compose ok
       # what faiss-gpu-cu12 (the gpu extra) would load: CUDA 12's cuBLAS and runtime, beside torch's own CUDA libraries
       echo "CUDA 12 libraries: $( (ldconfig -p; find /usr /opt /lib /lib64 -xdev \( -name 'libcublas.so.12*' -o -name 'libcudart.so.12*' \) \
         2>/dev/null) | grep -oE 'libcu(blas|dart)\.so\.12[^ ]*' | sort -u | tr '\n' ' ')"

@@ -35,7 +35,7 @@ from benchmarks.common import autocast_for, composed, first_batch, header, side_
 from benchmarks.host_syncs import report_syncs, train_step
 from benchmarks.recorded_bm25 import RecordedBM25, bm25_for
 from retrieval_zoo.data.collections import Collection, embedded
-from retrieval_zoo.encoder import Encoder
+from retrieval_zoo.encoding.encoder import Encoder
 from retrieval_zoo.index.csf import InvertedLists
 from retrieval_zoo.lexical.lucene_bm25 import BM25
 

@@ -27,7 +27,7 @@ from lightning.fabric.utilities.apply_func import move_data_to_device
 from benchmarks.common import autocast_for, first_batch, header, seconds, small_bags, synced
 from benchmarks.recorded_bm25 import RecordedBM25, bm25_for
 from retrieval_zoo.data.collections import Collection, embedded
-from retrieval_zoo.tokens import Tokens
+from retrieval_zoo.encoding.tokens import Tokens
 
 RECIPES = ("clear_msmarco", "roc_msmarco", "delade_cls_msmarco", "csurf_msmarco", "csurf_hn_msmarco")
 TRAIN_QUERIES = 502_939  # MS MARCO passage's judged training queries

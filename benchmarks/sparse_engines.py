@@ -23,7 +23,7 @@ import torch
 
 from benchmarks.common import composed, header, side_by_side
 from retrieval_zoo.data.collections import embedded
-from retrieval_zoo.evaluation import evaluate, top_k_overlap
+from retrieval_zoo.evaluation.metrics import evaluate, top_k_overlap
 from retrieval_zoo.index.bmp import Bmp
 from retrieval_zoo.index.impact import ImpactRetriever, quantize
 from retrieval_zoo.index.lucene_impact import LuceneImpact

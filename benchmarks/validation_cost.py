@@ -1,8 +1,8 @@
 """One validation epoch over the whole corpus against one over the candidate pool, side by side, in one process.
 
-What :class:`retrieval_zoo.validation.RetrievalValidation` does at each epoch, for one model (the untrained dense
-SPLADE-tiny by default; ``--method``) and its config's index, on the embedded collection (``--variant full``: 58,625
-documents): build the pool (BM25's top ``--pool-depth`` of the validation queries and their judged documents; its
+What :class:`retrieval_zoo.training.validation.RetrievalValidation` does at each epoch, for one model (the untrained
+dense SPLADE-tiny by default; ``--method``) and its config's index, on the embedded collection (``--variant full``:
+58,625 documents): build the pool (BM25's top ``--pool-depth`` of the validation queries and their judged documents; its
 BM25 run is cached, so only the first epoch pays the search), encode and index the documents with the current
 weights (on demand, by shard, as one process does), and search the validation queries to ``--val-k``. Both
 validations of the same weights, with their MRR@10 and R@val_k through the validation metrics.
@@ -23,8 +23,8 @@ import torch
 from benchmarks.common import composed
 from retrieval_zoo.data.collections import Collection, embedded
 from retrieval_zoo.lexical.lucene_bm25 import BM25
+from retrieval_zoo.training.validation_metrics import RankingMetrics
 from retrieval_zoo.training.validation_pool import candidate_pool
-from retrieval_zoo.validation_metrics import RankingMetrics
 
 MSMARCO_PASSAGES = 8_841_823
 

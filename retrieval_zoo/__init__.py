@@ -1,16 +1,18 @@
 """retrieval_zoo: hybrid lexical + semantic first-stage retrievers, trained and evaluated as method × index.
 
-Layers, lowest first (``tests/test_layers.py`` keeps imports running down): ground helpers (cache, batching,
-backbones, encoder, losses, ...), ``data`` (collections and runs), measures (``evaluation``, ``complementarity``),
-``lexical``, ``training`` (the DataModule), ``index``, ``methods``, and the runs on top (``pipeline``,
-``corpus_encoding``, ``validation``, ``reproduce``, ``summary``).
+The folders are the architecture: ``methods/`` (the method axis, one file a paper) and ``index/`` (the index axis,
+one file a ``conf/index`` family), between them the typed representations (``index/representations.py``);
+``encoding/`` (backbones, the encoder, token caches, batching), ``lexical/`` (Lucene BM25, term vectors, CSFs),
+``data/`` (collections and run files), ``training/`` (the DataModule, validation), ``evaluation/`` (metrics, the
+evaluation's stages, comparisons), ``export/`` (folders, CIFF, the ecosystem's loaders) and ``reproduce/``.
+Imports run down the layers of ``tests/test_layers.py``.
 """
 
 
 def __getattr__(name: str) -> object:
-    """``retrieval_zoo.load``: :func:`retrieval_zoo.exported.load`, imported when first asked for."""
+    """``retrieval_zoo.load``: :func:`retrieval_zoo.export.exported.load`, imported when first asked for."""
     if name == "load":
-        from retrieval_zoo.exported import load
+        from retrieval_zoo.export.exported import load
 
         return load
     raise AttributeError(f"module 'retrieval_zoo' has no attribute {name!r}")

@@ -18,10 +18,10 @@ from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
 from retrieval_zoo.config_check import check_config
-from retrieval_zoo.evaluation_config import evaluation_config
-from retrieval_zoo.exported import load, manifest
+from retrieval_zoo.evaluation.config import evaluation_config
+from retrieval_zoo.evaluation.pipeline import build_collection_and_bm25, encode_and_evaluate, identity, run_config
+from retrieval_zoo.export.exported import load, manifest
 from retrieval_zoo.loggers import finish, log_results
-from retrieval_zoo.pipeline import build_collection_and_bm25, encode_and_evaluate, identity, run_config
 from retrieval_zoo.resume import AtomicCheckpointIO, exit_code_on_sigterm, find_checkpoint
 from retrieval_zoo.run_output import logged_job
 from retrieval_zoo.trained import load_trained, trained_config

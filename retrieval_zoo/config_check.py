@@ -18,7 +18,7 @@ from hydra.utils import get_method
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from retrieval_zoo.bounds import AtLeast
-from retrieval_zoo.pipeline import check_method_and_index
+from retrieval_zoo.evaluation.pipeline import check_method_and_index
 
 HYDRA_KEYS = {"_target_", "_partial_", "_recursive_", "_convert_", "_args_"}
 EVAL_MINIMUMS = {"k": 1, "tune_queries": 0, "roc_k": 1, "explain": 0}  # eval.<key> is an integer at least this

@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from retrieval_zoo.backbones import TinyRandomBackbone
 from retrieval_zoo.data.collections import Collection, embedded, msmarco_tsv
 from retrieval_zoo.data.formats import write_id_text_tsv, write_qrels
-from retrieval_zoo.encoder import Encoder
+from retrieval_zoo.encoding.backbones import TinyRandomBackbone
+from retrieval_zoo.encoding.encoder import Encoder
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -101,7 +101,7 @@ def test_recipe_rates_stretches_each_text_with_its_own_tokens_and_composes_every
     import torch
 
     from benchmarks.recipe_rates import RECIPES, recipe_config, stretched
-    from retrieval_zoo.tokens import Tokens
+    from retrieval_zoo.encoding.tokens import Tokens
 
     tokens = Tokens(
         torch.tensor([[101, 5, 6, 102, 0], [101, 7, 102, 0, 0]]), torch.tensor([[1, 1, 1, 1, 0], [1, 1, 1, 0, 0]])

@@ -1,4 +1,4 @@
-"""CIFF (retrieval_zoo/index/ciff.py, retrieval_zoo/export_ciff.py): lists worked by hand, read back by ciff-toolkit
+"""CIFF (retrieval_zoo/index/ciff.py, retrieval_zoo/export/ciff.py): lists worked by hand, read back by ciff-toolkit
 and by BMP's own reader, and the export as a user runs it."""
 
 import json
@@ -108,7 +108,7 @@ def test_a_missing_toolkit_names_the_install_command(monkeypatch) -> None:
 
 def export(*overrides: str, ok: bool = True) -> subprocess.CompletedProcess:
     env = {**os.environ, "WANDB_MODE": "disabled", "HF_HUB_OFFLINE": "1"}
-    done = subprocess.run([sys.executable, "-m", "retrieval_zoo.export_ciff", *overrides], cwd=REPO, env=env,
+    done = subprocess.run([sys.executable, "-m", "retrieval_zoo.export.ciff", *overrides], cwd=REPO, env=env,
                           capture_output=True, text=True, timeout=600)  # fmt: skip
     assert (done.returncode == 0) == ok, done.stdout[-3000:] + done.stderr[-3000:]
     return done
@@ -166,7 +166,7 @@ def test_the_export_config_composes_for_every_method_and_refuses_those_without_t
     from hydra.utils import instantiate
 
     from retrieval_zoo.config_check import check_config
-    from retrieval_zoo.export_ciff import export
+    from retrieval_zoo.export.ciff import export
 
     with initialize_config_dir(config_dir=str(REPO / "retrieval_zoo" / "conf"), version_base="1.3"):
         cfg = compose("export_ciff", [f"method={method}", "backbone=tiny_random", f"out={tmp_path}"],

@@ -132,7 +132,7 @@ def test_tune_picks_the_best_lambda_on_held_out_queries() -> None:
 def test_tuning_averages_over_the_held_out_queries_only(tiny, tiny_bm25, tmp_path) -> None:
     import json
 
-    from retrieval_zoo.evaluation_run import evaluate_method
+    from retrieval_zoo.evaluation.stages import evaluate_method
 
     model = CLEAR(clear_encoder()).eval()
     index = Union(weighted="lexical", weight_grid=(0.9,), tune_measure="MRR@10", depth=50)

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 from scipy import stats
 
-from retrieval_zoo.compare import bonferroni, compare, main
 from retrieval_zoo.data.formats import write_qrels, write_run
+from retrieval_zoo.evaluation.compare import bonferroni, compare, main
 
 QRELS = {f"q{i}": {f"d{i}": 1} for i in range(1, 5)}
 FILLER = {f"x{j}": 0.0 for j in range(3)}

@@ -1,6 +1,6 @@
 import pytest
 
-from retrieval_zoo.complementarity import answered, complementarity, venn_figure
+from retrieval_zoo.evaluation.complementarity import answered, complementarity, venn_figure
 
 QRELS = {"q1": {"a": 1}, "q2": {"b": 1}, "q3": {"c": 1}, "q4": {"d": 1}, "q5": {"e": 1}, "q0": {"z": 0}}
 
@@ -32,7 +32,7 @@ def test_venn_figure_is_a_png(tmp_path) -> None:
 
 
 def test_moved_queries_rank_the_relevant_documents_shifts() -> None:
-    from retrieval_zoo.complementarity import moved_queries
+    from retrieval_zoo.evaluation.complementarity import moved_queries
 
     qrels = {"a": {"r": 1}, "b": {"r": 1}, "c": {"r": 1}, "d": {"r": 1}}
     baseline = {"a": {"x": 3.0, "y": 2.0, "r": 1.0}, "b": {"r": 5.0}, "c": {"x": 1.0}, "d": {"r": 1.0, "x": 0.5}}

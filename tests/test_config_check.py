@@ -77,8 +77,8 @@ def test_each_fixed_choice_is_one_literal_type_that_its_code_reads() -> None:
     """The Literal types config_check enforces name exactly what the code dispatches on."""
     import typing
 
-    from retrieval_zoo.encoder import POOLING, Pooling
-    from retrieval_zoo.evaluation import MEASURES, Measure
+    from retrieval_zoo.encoding.encoder import POOLING, Pooling
+    from retrieval_zoo.evaluation.metrics import MEASURES, Measure
 
     assert set(typing.get_args(Pooling)) == set(POOLING)
     assert set(typing.get_args(Measure)) == set(MEASURES)

@@ -10,10 +10,10 @@ from hydra.errors import InstantiationException
 from hydra.utils import get_class, instantiate
 from omegaconf import DictConfig, OmegaConf
 
-from retrieval_zoo.backbones import Backbone
 from retrieval_zoo.data.collections import Collection
+from retrieval_zoo.encoding.backbones import Backbone
 from retrieval_zoo.methods.method import RetrievalMethod
-from retrieval_zoo.validation import RetrievalValidation
+from retrieval_zoo.training.validation import RetrievalValidation
 from tests.conftest import beir_layout
 from tests.test_teachers import tiny_run
 

@@ -102,7 +102,7 @@ def test_the_joined_digest_is_the_hash_of_the_ids_joined_at_any_chunk_size(monke
 
 
 def test_a_token_cache_of_a_store_uses_the_stores_own_ids(tmp_path: Path, monkeypatch) -> None:
-    from retrieval_zoo.tokens import TokenCache
+    from retrieval_zoo.encoding.tokens import TokenCache
     from tests.conftest import clear_encoder
 
     monkeypatch.setenv("RETRIEVAL_ZOO_CACHE", str(tmp_path / "cache"))

@@ -5,7 +5,7 @@ import math
 import pytest
 import torch
 
-from retrieval_zoo.backbones import TinyRandomBackbone
+from retrieval_zoo.encoding.backbones import TinyRandomBackbone
 from retrieval_zoo.index.csf import CsfRetriever
 from retrieval_zoo.index.csf_payload import encode_bags_payload
 from retrieval_zoo.index.shards import CorpusShards
@@ -340,7 +340,7 @@ def test_two_round_csurf_hn_recipe_runs_as_documented(tiny_dir, tmp_path) -> Non
 
 
 def export_trained_bags_as_ciff(run_dir, tiny_dir, out) -> None:
-    """``python -m retrieval_zoo.export_ciff run_dir=<a csurf run>``: the bags read with |v| = 0, as CIFF impacts."""
+    """``python -m retrieval_zoo.export.ciff run_dir=<a csurf run>``: the bags read with |v| = 0, as CIFF impacts."""
     import json
 
     from ciff_toolkit.read import CiffReader

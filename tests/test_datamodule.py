@@ -215,8 +215,8 @@ def test_training_steps_receive_tokens_made_in_the_dataloader_and_lose_nothing(t
 
     import lightning as L
 
+    from retrieval_zoo.encoding.tokens import Tokens
     from retrieval_zoo.methods.dense import DenseBiEncoder
-    from retrieval_zoo.tokens import Tokens
     from tests.conftest import clear_encoder
 
     model = DenseBiEncoder(clear_encoder()).eval()  # markers: the workers' tokenizer must prefix them too

@@ -3,7 +3,7 @@ import random
 import pytest
 import torch
 
-from retrieval_zoo.evaluation import evaluate
+from retrieval_zoo.evaluation.metrics import evaluate
 from retrieval_zoo.index.fused_terms import bag_rows
 from retrieval_zoo.index.gip import Gip
 from retrieval_zoo.lexical.sparse_rows import SparseRows
@@ -104,7 +104,7 @@ def test_splade_dlr_runs_on_the_backbone_mlm(tiny, tiny_bm25) -> None:
 def test_evaluation_explains_what_the_dlr_matched(tiny, tiny_bm25, tmp_path) -> None:
     import json
 
-    from retrieval_zoo.evaluation_run import evaluate_method
+    from retrieval_zoo.evaluation.stages import evaluate_method
 
     model, index = DhrFusion(lexical="bm25").eval(), Gip(slices=256, first_stage=None)
     summary = evaluate_method(model, index, tiny, tiny_bm25, "dev", 20, tmp_path, "dlr_bm25", explain=2)
@@ -124,7 +124,7 @@ def test_evaluation_explains_what_the_dlr_matched(tiny, tiny_bm25, tmp_path) -> 
 
 def test_evaluation_runs_an_untrained_fusion_in_eval_mode(tiny, tiny_bm25, tmp_path) -> None:
     """``dhr_bm25_dense`` is not trained, so nothing else switches its dense part's dropout off before retrieval."""
-    from retrieval_zoo.evaluation_run import evaluate_method
+    from retrieval_zoo.evaluation.stages import evaluate_method
 
     model = DhrFusion(lexical="bm25", dense=DenseBiEncoder(tiny_encoder(doc_max_length=16)))
     assert model.dense.training  # as Hydra instantiates it

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from retrieval_zoo.data.formats import read_qrels, read_run
-from retrieval_zoo.evaluation import evaluate, judged
+from retrieval_zoo.evaluation.metrics import evaluate, judged
 from tests.conftest import beir_layout
 
 REPO = Path(__file__).resolve().parents[1]

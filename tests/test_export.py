@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from retrieval_zoo.export import check_out, upload
-from retrieval_zoo.exported import FORMAT, MANIFEST, manifest
-from retrieval_zoo.model_card import citation, ecosystem_usage, model_card
+from retrieval_zoo.export.exported import FORMAT, MANIFEST, manifest
+from retrieval_zoo.export.folder import check_out, upload
+from retrieval_zoo.export.model_card import citation, ecosystem_usage, model_card
 from tests.conftest import float32_rounding
 
 REPO = Path(__file__).resolve().parents[1]
@@ -88,7 +88,7 @@ def test_the_model_card_has_front_matter_metrics_and_the_papers_citation() -> No
 def test_an_exported_run_evaluates_from_its_folder_to_the_runs_own_trec_run(method, tiny_dir, tmp_path) -> None:
     from omegaconf import OmegaConf
 
-    from retrieval_zoo.exported import load
+    from retrieval_zoo.export.exported import load
     from tests.test_end_to_end import run_app, tiny_dataset
 
     run, out = tmp_path / "run", tmp_path / "export"
@@ -145,7 +145,7 @@ def test_splade_tinys_vectors_export_as_a_sparse_encoder(tiny_dir, tmp_path) -> 
     import torch
     from sentence_transformers import SparseEncoder
 
-    from retrieval_zoo.exported import load
+    from retrieval_zoo.export.exported import load
     from retrieval_zoo.lexical.splade import splade_vectors
     from tests.test_end_to_end import run_app, tiny_dataset
 

@@ -132,7 +132,7 @@ def test_unknown_ids_in_msmarco_qrels(tmp_path: Path) -> None:
 
 def test_evaluating_as_written_matches_the_file(tmp_path: Path) -> None:
     from retrieval_zoo.data.formats import as_written
-    from retrieval_zoo.evaluation import evaluate
+    from retrieval_zoo.evaluation.metrics import evaluate
 
     # 4e-7 apart: distinct for trec_eval in memory, tied once written with 6 decimals (then: higher id first).
     run = {"q": {"a": 0.5 + 4e-7, "b": 0.5}}

@@ -142,7 +142,7 @@ def engine_runs(index, tmp_path) -> tuple[dict, dict, object]:
     from benchmarks.common import composed
     from benchmarks.sparse_engines import quantized_reference
     from retrieval_zoo.data.collections import embedded
-    from retrieval_zoo.evaluation import evaluate
+    from retrieval_zoo.evaluation.metrics import evaluate
     from retrieval_zoo.index.sparse import Sparse
     from retrieval_zoo.lexical.lucene_bm25 import BM25
 
@@ -163,7 +163,7 @@ def engine_runs(index, tmp_path) -> tuple[dict, dict, object]:
 @pytest.mark.slow
 def test_bmp_ranks_as_exact_search_over_its_impacts_on_the_embedded_collection(tmp_path) -> None:
     from retrieval_zoo.data.collections import embedded
-    from retrieval_zoo.evaluation import evaluate, top_k_overlap
+    from retrieval_zoo.evaluation.metrics import evaluate, top_k_overlap
 
     runs, mrr, engine = engine_runs(Bmp(), tmp_path)  # re-scored (the default)
     assert abs(mrr["engine"] - mrr["exact"]) <= 0.002  # issue 21's bounds

@@ -16,16 +16,16 @@ LAYERS = [  # lowest first; a module may import from its own layer and the ones 
             "cache",
             "rows",
             "distributed",
-            "batching",
+            "encoding.batching",
             "resume",
             "loggers",
-            "attention",
-            "backbones",
+            "encoding.attention",
+            "encoding.backbones",
             "losses",
             "id_index",
             "term_matrix",
-            "tokens",
-            "encoder",
+            "encoding.tokens",
+            "encoding.encoder",
             "hub_modules",
             "bounds",
             "conf",  # the configs shipped with the package (no code)
@@ -33,7 +33,10 @@ LAYERS = [  # lowest first; a module may import from its own layer and the ones 
     ),
     ("run loading", {"trained", "teachers"}),  # a trained run read back, as a model or a distillation teacher
     ("collections", {"data"}),  # collection and run files: reading, writing, checking
-    ("measures", {"evaluation", "validation_metrics", "complementarity", "compare"}),
+    (
+        "measures",
+        {"evaluation.metrics", "training.validation_metrics", "evaluation.complementarity", "evaluation.compare"},
+    ),
     ("retrieval contract", {"retriever"}),  # what evaluation may ask of any retriever
     ("lexical", {"lexical"}),  # Lucene BM25, term vectors, CSFs
     ("training data", {"training"}),  # the DataModule, negatives, lookups
@@ -42,20 +45,16 @@ LAYERS = [  # lowest first; a module may import from its own layer and the ones 
     (
         "runs",
         {
-            "validation",
-            "corpus_encoding",
-            "pipeline",
+            "training.validation",
+            "encoding.corpus",
+            "evaluation.pipeline",
+            "evaluation.stages",
+            "evaluation.config",
+            "evaluation.summary",
             "config_check",
-            "summary",
             "reproduce",
-            "export_ciff",
             "export",
-            "model_card",
-            "exported",
-            "ecosystem",
             "run_output",
-            "evaluation_run",
-            "evaluation_config",
         },
     ),
     ("command lines", {"cli", "__main__"}),  # train and evaluate, installed or from the checkout
@@ -63,8 +62,11 @@ LAYERS = [  # lowest first; a module may import from its own layer and the ones 
 
 
 def unit(module: str) -> str:
-    """The layer unit of ``retrieval_zoo.<unit>[.<rest>]``."""
-    return module.split(".")[1]
+    """The layer unit of ``retrieval_zoo.<unit>[.<rest>]``: ``<folder>.<module>`` where a folder's modules sit in
+    different layers (``evaluation.metrics``, ``evaluation.pipeline``), else the folder or module."""
+    parts = module.split(".")
+    pair = ".".join(parts[1:3])
+    return pair if any(pair in units for _, units in LAYERS) else parts[1]
 
 
 def layer_of(module: str) -> int:

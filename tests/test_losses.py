@@ -3,8 +3,8 @@ import math
 import pytest
 import torch
 
-from retrieval_zoo.batching import encode_payload, length_sorted_batches
-from retrieval_zoo.encoder import cls_pool, mean_pool
+from retrieval_zoo.encoding.batching import encode_payload, length_sorted_batches
+from retrieval_zoo.encoding.encoder import cls_pool, mean_pool
 from retrieval_zoo.losses import group_targets, in_batch_accuracy, listwise_nll
 from retrieval_zoo.methods.method import Optim
 from tests.conftest import float32_rounding
@@ -70,7 +70,7 @@ def test_schedule_is_a_pure_function_of_the_step() -> None:
 
 
 def test_fast_splade_vectors_equal_the_naive_loop() -> None:
-    from retrieval_zoo.backbones import TinyRandomBackbone
+    from retrieval_zoo.encoding.backbones import TinyRandomBackbone
     from retrieval_zoo.lexical.splade import splade_vectors, splade_vectors_naive
 
     backbone = TinyRandomBackbone(hidden_size=32)

@@ -52,7 +52,7 @@ def test_bad_levels_are_a_clear_error() -> None:
 
 @pytest.mark.slow
 def test_lucene_ranks_as_exact_search_over_its_impacts_on_the_embedded_collection(tmp_path) -> None:
-    from retrieval_zoo.evaluation import top_k_overlap
+    from retrieval_zoo.evaluation.metrics import top_k_overlap
 
     runs, mrr, _ = engine_runs(LuceneImpact(), tmp_path)
     assert abs(mrr["engine"] - mrr["exact"]) <= 0.002  # issue 21's bound

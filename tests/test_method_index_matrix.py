@@ -23,13 +23,13 @@ from hydra.utils import get_class, instantiate
 from omegaconf import OmegaConf
 
 from benchmarks.common import small_bags
+from retrieval_zoo.evaluation.pipeline import check_method_and_index
 from retrieval_zoo.index.bmp import BmpRetriever
 from retrieval_zoo.index.dhr import DhrRetriever
 from retrieval_zoo.index.impact import ImpactRetriever, quantize
 from retrieval_zoo.index.index import compatible
 from retrieval_zoo.index.seismic import SeismicRetriever
 from retrieval_zoo.index.shards import CorpusShards
-from retrieval_zoo.pipeline import check_method_and_index
 from retrieval_zoo.term_matrix import dense_rows
 from retrieval_zoo.training.validation_pool import candidate_pool
 

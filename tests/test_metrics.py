@@ -3,7 +3,7 @@ import math
 import pytest
 
 from retrieval_zoo.data.formats import top_k
-from retrieval_zoo.evaluation import evaluate, format_table, per_query
+from retrieval_zoo.evaluation.metrics import evaluate, format_table, per_query
 from retrieval_zoo.index.fusion import interpolate, normalize, reciprocal_rank_fusion
 
 
@@ -78,7 +78,7 @@ def test_reciprocal_rank_fusion_by_hand() -> None:
 
 
 def test_top_k_overlap_by_hand() -> None:
-    from retrieval_zoo.evaluation import top_k_overlap
+    from retrieval_zoo.evaluation.metrics import top_k_overlap
 
     reference = {"q1": {"a": 3.0, "b": 2.0, "c": 1.0}, "q2": {"x": 1.0}, "q3": {}}
     run = {"q1": {"a": 9.0, "c": 8.0, "d": 7.0}, "q2": {"y": 1.0}}  # q1 shares a, c of its top 2; q2 nothing

@@ -20,7 +20,7 @@ class ProcessLog:
     """Records, in a file (workers are other processes), which process tokenized texts and gathered cached tokens."""
 
     def __init__(self, path, monkeypatch) -> None:
-        from retrieval_zoo.tokens import TextTokenizer, TokenCache
+        from retrieval_zoo.encoding.tokens import TextTokenizer, TokenCache
 
         self.path = path
         call, gather = TextTokenizer.__call__, TokenCache.tokens

@@ -11,7 +11,7 @@ import pytest
 import torch
 import yaml
 
-from retrieval_zoo.compare import main as compare_main
+from retrieval_zoo.evaluation.compare import main as compare_main
 from retrieval_zoo.resume import RandomState, find_checkpoint
 from retrieval_zoo.training.negatives import ShardedEpochSampler
 from tests.test_end_to_end import run_app, tiny_dataset

@@ -1,7 +1,7 @@
 import pytest
 import torch
 
-from retrieval_zoo.evaluation import evaluate
+from retrieval_zoo.evaluation.metrics import evaluate
 from retrieval_zoo.index.concatenated import Concatenated
 from retrieval_zoo.index.union import Union
 from retrieval_zoo.methods.roc import RoC

@@ -7,7 +7,7 @@ import lightning as L
 import pytest
 import torch
 
-from retrieval_zoo.corpus_encoding import encode_corpus
+from retrieval_zoo.encoding.corpus import encode_corpus
 from retrieval_zoo.index.faiss import Faiss
 from retrieval_zoo.index.gip import Gip
 from retrieval_zoo.index.shards import CorpusShards, merge_topk
@@ -130,8 +130,8 @@ def test_a_damaged_shard_or_manifest_is_encoded_again_or_named(tmp_path) -> None
 
 def test_predict_steps_receive_tensors_and_encode_cached_tokens(tiny, tiny_bm25, tmp_path, monkeypatch) -> None:
     """Corpus encoding by predict: each step gets a shard number as a tensor, and the encoder gets tokens, not texts."""
-    from retrieval_zoo.corpus_encoding import ShardEncoding
-    from retrieval_zoo.encoder import Encoder
+    from retrieval_zoo.encoding.corpus import ShardEncoding
+    from retrieval_zoo.encoding.encoder import Encoder
 
     steps, handed = [], []
     predict_step, tokenize = ShardEncoding.predict_step, Encoder.tokenize

@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from retrieval_zoo.summary import group_key, main
+from retrieval_zoo.evaluation.summary import group_key, main
 
 
 def job(

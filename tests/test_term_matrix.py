@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from retrieval_zoo.batching import encode_payload
+from retrieval_zoo.encoding.batching import encode_payload
 from retrieval_zoo.index.shards import CorpusShards
 from retrieval_zoo.term_matrix import (
     cat_rows,

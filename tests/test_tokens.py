@@ -2,7 +2,7 @@ import numpy as np
 import pytest
 import torch
 
-from retrieval_zoo.tokens import TokenCache
+from retrieval_zoo.encoding.tokens import TokenCache
 from tests.conftest import clear_encoder
 
 
@@ -74,11 +74,11 @@ def test_a_killed_build_resumes_and_a_damaged_cache_is_rebuilt(tiny, cache_dir, 
 
 
 def test_corpus_encoding_from_cached_tokens_equals_encoding_the_texts(tiny, tiny_bm25, cache_dir) -> None:
+    from retrieval_zoo.encoding.tokens import CachedTexts
     from retrieval_zoo.index.csf import InvertedLists
     from retrieval_zoo.index.faiss import Faiss
     from retrieval_zoo.methods.delade import DeLADE
     from retrieval_zoo.methods.dense import DenseBiEncoder
-    from retrieval_zoo.tokens import CachedTexts
     from tests.conftest import tiny_encoder
     from tests.test_csurf import sparse_model
 
@@ -102,8 +102,8 @@ def test_corpus_encoding_from_cached_tokens_equals_encoding_the_texts(tiny, tiny
 
 
 def test_cached_texts_are_batched_by_their_length_in_tokens(tiny, cache_dir) -> None:
-    from retrieval_zoo.batching import length_sorted_batches
-    from retrieval_zoo.tokens import CachedTexts
+    from retrieval_zoo.encoding.batching import length_sorted_batches
+    from retrieval_zoo.encoding.tokens import CachedTexts
 
     tokenizer, texts = clear_encoder().text_tokenizer(), texts_of(tiny, 40)
     cached = CachedTexts(TokenCache.build(texts, tokenizer, "doc", content="tiny"), list(texts))
@@ -117,8 +117,8 @@ class Spy:
     """Records what an encoder's ``tokenize`` and its tokenizer receive."""
 
     def __init__(self, monkeypatch) -> None:
-        from retrieval_zoo.encoder import Encoder
-        from retrieval_zoo.tokens import TextTokenizer
+        from retrieval_zoo.encoding.encoder import Encoder
+        from retrieval_zoo.encoding.tokens import TextTokenizer
 
         self.handed, self.tokenized = [], []
         tokenize, call = Encoder.tokenize, TextTokenizer.__call__
@@ -173,7 +173,7 @@ def test_evaluation_encodes_corpus_and_queries_from_token_caches(tiny, tiny_bm25
     Query batches are ordered by the queries' length in tokens, so each batch's lengths fall from its first query
     to its last (ordered by characters, they do not on these queries).
     """
-    from retrieval_zoo.evaluation_run import evaluate_method
+    from retrieval_zoo.evaluation.stages import evaluate_method
     from retrieval_zoo.index.csf import InvertedLists
     from retrieval_zoo.index.faiss import Faiss
     from retrieval_zoo.index.gip import Gip

@@ -7,8 +7,8 @@ import pytest
 from omegaconf import OmegaConf
 
 from retrieval_zoo.data.collections import Collection
-from retrieval_zoo.evaluation_config import reuse_tuned_weight
-from retrieval_zoo.evaluation_run import evaluate_method
+from retrieval_zoo.evaluation.config import reuse_tuned_weight
+from retrieval_zoo.evaluation.stages import evaluate_method
 
 
 def trained_run(tmp_path: Path, tuning: dict | None) -> tuple[Path, object]:

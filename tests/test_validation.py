@@ -9,7 +9,7 @@ import pytest
 
 from retrieval_zoo.index.faiss import Faiss
 from retrieval_zoo.index.union import Union
-from retrieval_zoo.validation import RetrievalValidation
+from retrieval_zoo.training.validation import RetrievalValidation
 
 
 def test_bad_settings_fail_when_built() -> None:

@@ -11,8 +11,8 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-from retrieval_zoo.evaluation import evaluate
-from retrieval_zoo.validation_metrics import RankingMetrics, ranking_items
+from retrieval_zoo.evaluation.metrics import evaluate
+from retrieval_zoo.training.validation_metrics import RankingMetrics, ranking_items
 from tests.test_ddp_losses import free_port
 
 
@@ -30,7 +30,7 @@ def random_runs(seed: int = 0, queries: int = 40) -> tuple[dict, dict]:
 
 
 def trec_eval(run: dict, qrels: dict, depth: int) -> dict[str, float]:
-    """What retrieval_zoo.evaluation reports for a run searched to ``depth``."""
+    """What retrieval_zoo.evaluation.metrics reports for a run searched to ``depth``."""
     return evaluate(run, qrels, {"MRR@10": "recip_rank@10", f"R@{depth}": f"recall_{depth}"})
 
 

@@ -41,9 +41,9 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from retrieval_zoo.batching import QueryPrep
 from retrieval_zoo.data.collections import Collection
-from retrieval_zoo.evaluation import Measure
+from retrieval_zoo.encoding.batching import QueryPrep
+from retrieval_zoo.evaluation.metrics import Measure
 from retrieval_zoo.index.bmp_engine import LEVELS, QUERY_LEVELS, ciff_to_bmp, import_bmp, query_impacts
 from retrieval_zoo.index.ciff import spill, term_lists, write_ciff
 from retrieval_zoo.index.dhr import PartEncoder

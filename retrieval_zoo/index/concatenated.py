@@ -12,11 +12,11 @@ from typing import ClassVar
 
 import numpy as np
 
-from retrieval_zoo.batching import Texts, encode_all
 from retrieval_zoo.cache import atomic_path, entry_lock, fingerprint
 from retrieval_zoo.data.collections import Collection
 from retrieval_zoo.data.formats import Run
-from retrieval_zoo.evaluation import Measure
+from retrieval_zoo.encoding.batching import Texts, encode_all
+from retrieval_zoo.evaluation.metrics import Measure
 from retrieval_zoo.id_index import IdIndex
 from retrieval_zoo.index.faiss import Faiss, FaissIndex, vectors_payload
 from retrieval_zoo.index.index import TENTHS_TO_TWO, EncodingIndex

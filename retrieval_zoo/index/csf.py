@@ -21,9 +21,9 @@ from typing import ClassVar
 
 import torch
 
-from retrieval_zoo.batching import PLAIN_QUERIES, QueryPrep, Texts, prepared_batches
 from retrieval_zoo.data.collections import Collection
 from retrieval_zoo.data.formats import Run
+from retrieval_zoo.encoding.batching import PLAIN_QUERIES, QueryPrep, Texts, prepared_batches
 from retrieval_zoo.index.csf_payload import (
     BagEncoder,
     VectorDtype,

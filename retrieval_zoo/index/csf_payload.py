@@ -12,8 +12,8 @@ from typing import Literal
 
 import torch
 
-from retrieval_zoo.batching import Item, Texts, prepared_batches
 from retrieval_zoo.bounds import require_choice
+from retrieval_zoo.encoding.batching import Item, Texts, prepared_batches
 from retrieval_zoo.index.shards import Payload
 from retrieval_zoo.lexical.csf_bags import CsfBags
 

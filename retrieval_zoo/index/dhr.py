@@ -16,8 +16,8 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
-from retrieval_zoo.batching import PLAIN_QUERIES, Item, Prepare, QueryPrep, prepared_batches
 from retrieval_zoo.data.formats import Run
+from retrieval_zoo.encoding.batching import PLAIN_QUERIES, Item, Prepare, QueryPrep, prepared_batches
 from retrieval_zoo.index.dlr import Slicing, densify, explain, hybrid
 from retrieval_zoo.index.gip_search import GipIndex
 from retrieval_zoo.index.shards import CorpusShards, Payload, merge_topk
@@ -69,7 +69,8 @@ def represent(
         batch_size: Items per forward pass.
         desc: Progress-bar label.
         lengths: The items' lengths in tokens, which order the batches (default: characters).
-        prepare: Makes a batch of texts ready for ``encode`` ahead (:class:`~retrieval_zoo.batching.QueryPrep`).
+        prepare: Makes a batch of texts ready for ``encode`` ahead
+        (:class:`~retrieval_zoo.encoding.batching.QueryPrep`).
 
     Returns:
         (n, M [+ c]) float16 values, (n, M [+ c]) indices, and the number of [CLS] dimensions c.

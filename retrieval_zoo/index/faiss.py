@@ -14,9 +14,9 @@ import faiss
 import numpy as np
 import torch
 
-from retrieval_zoo.batching import PLAIN_QUERIES, QueryPrep, Texts, encode_all, encode_payload
 from retrieval_zoo.data.collections import Collection
 from retrieval_zoo.data.formats import Run
+from retrieval_zoo.encoding.batching import PLAIN_QUERIES, QueryPrep, Texts, encode_all, encode_payload
 from retrieval_zoo.id_index import IdIndex
 from retrieval_zoo.index.index import EncodingIndex
 from retrieval_zoo.index.representations import OffersVectors

@@ -14,9 +14,10 @@ from dataclasses import dataclass
 
 import torch
 
-from retrieval_zoo.batching import Item, QueryPrep, Texts, encode_payload, read, text_lengths
 from retrieval_zoo.data.corpus_store import corpus_ids
-from retrieval_zoo.encoder import Encoder
+from retrieval_zoo.encoding.batching import Item, QueryPrep, Texts, encode_payload, read, text_lengths
+from retrieval_zoo.encoding.encoder import Encoder
+from retrieval_zoo.encoding.tokens import TokenizedBatch, Tokens
 from retrieval_zoo.index.representations import OffersVectors, TermEncoder
 from retrieval_zoo.index.shards import Payload
 from retrieval_zoo.index.term_index import BERT_DISCARD
@@ -25,7 +26,6 @@ from retrieval_zoo.lexical.lucene_bm25 import BM25
 from retrieval_zoo.lexical.sparse_rows import SparseRows
 from retrieval_zoo.lexical.splade import splade_vectors
 from retrieval_zoo.term_matrix import to_csr
-from retrieval_zoo.tokens import TokenizedBatch, Tokens
 
 
 @dataclass

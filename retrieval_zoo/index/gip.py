@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from retrieval_zoo.bounds import require_choice
 from retrieval_zoo.data.collections import Collection
-from retrieval_zoo.evaluation import Measure
+from retrieval_zoo.evaluation.metrics import Measure
 from retrieval_zoo.index.dhr import DhrRetriever
 from retrieval_zoo.index.dlr import Slicing, SlicingStrategy
 from retrieval_zoo.index.representations import OffersTermWeights

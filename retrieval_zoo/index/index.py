@@ -6,19 +6,19 @@ method (:mod:`retrieval_zoo.index.representations`: ``vectors``, ``term_weights`
 ``lexical_semantic``, ``bm25``), so the reads across the boundary are typed and a type checker holds them to it.
 
 An index that fuses two parts has a retrieval-time weight: :meth:`Index.tune` grid-searches it on held-out queries
-with :func:`retrieval_zoo.evaluation.tune_weight`, one function for every fused index.
+with :func:`retrieval_zoo.evaluation.metrics.tune_weight`, one function for every fused index.
 """
 
 from __future__ import annotations
 
 from typing import ClassVar, Generic, TypeVar
 
-from retrieval_zoo.batching import Texts
 from retrieval_zoo.bounds import require_choice
 from retrieval_zoo.data.collections import Collection
 from retrieval_zoo.data.corpus_store import corpus_ids
 from retrieval_zoo.data.formats import Qrels
-from retrieval_zoo.evaluation import Measure, tune_weight
+from retrieval_zoo.encoding.batching import Texts
+from retrieval_zoo.evaluation.metrics import Measure, tune_weight
 from retrieval_zoo.index.representations import Encodes
 from retrieval_zoo.index.shards import CorpusShards, Payload, ShardEncoder
 from retrieval_zoo.lexical.lucene_bm25 import BM25
@@ -35,7 +35,7 @@ class Index(Generic[M]):
     Args:
         weight_grid: Values of the fusion weight tried when evaluation tunes it (``eval.tune_queries`` > 0); empty
             for an index with nothing to fuse.
-        tune_measure: What tuning maximises (a name of :data:`retrieval_zoo.evaluation.MEASURES`).
+        tune_measure: What tuning maximises (a name of :data:`retrieval_zoo.evaluation.metrics.MEASURES`).
     """
 
     accepts: ClassVar[tuple[str, ...]] = ()

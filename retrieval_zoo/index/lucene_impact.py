@@ -18,9 +18,9 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from retrieval_zoo.batching import QueryPrep
 from retrieval_zoo.data.collections import Collection
-from retrieval_zoo.evaluation import Measure
+from retrieval_zoo.encoding.batching import QueryPrep
+from retrieval_zoo.evaluation.metrics import Measure
 from retrieval_zoo.index.dhr import PartEncoder
 from retrieval_zoo.index.impact import Hits, ImpactRetriever, as_query, document_impacts, quantize
 from retrieval_zoo.index.representations import OffersTermWeights

@@ -37,8 +37,8 @@ def split_over_processes() -> Iterator[None]:
     """Indexes built inside split their shards over the process group (evaluation); outside, each holds all of them.
 
     Validation during training builds a whole index on every rank, each searching its own queries, so splitting is
-    asked for where every rank searches the same queries: :func:`retrieval_zoo.evaluation_run.evaluate_method` on rank 0
-    and :meth:`retrieval_zoo.index.index.Index.serve` on the others.
+    asked for where every rank searches the same queries: :func:`retrieval_zoo.evaluation.stages.evaluate_method` on
+    rank 0 and :meth:`retrieval_zoo.index.index.Index.serve` on the others.
     """
     token = _SPLIT.set(True)
     try:

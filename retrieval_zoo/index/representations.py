@@ -21,15 +21,15 @@ from typing import Any, Protocol, runtime_checkable
 
 import torch
 
-from retrieval_zoo.batching import PLAIN_QUERIES, Item, QueryPrep, Texts
 from retrieval_zoo.data.collections import Collection
-from retrieval_zoo.encoder import Encoder
+from retrieval_zoo.encoding.batching import PLAIN_QUERIES, Item, QueryPrep, Texts
+from retrieval_zoo.encoding.encoder import Encoder
+from retrieval_zoo.encoding.tokens import Tokens
 from retrieval_zoo.index.shards import Payload
 from retrieval_zoo.lexical.csf_bags import CsfBags
 from retrieval_zoo.lexical.lucene_bm25 import BM25
 from retrieval_zoo.lexical.projection import RademacherProjection
 from retrieval_zoo.retriever import Represented
-from retrieval_zoo.tokens import Tokens
 
 
 @runtime_checkable

@@ -22,9 +22,9 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
-from retrieval_zoo.batching import QueryPrep
 from retrieval_zoo.data.collections import Collection
-from retrieval_zoo.evaluation import Measure
+from retrieval_zoo.encoding.batching import QueryPrep
+from retrieval_zoo.evaluation.metrics import Measure
 from retrieval_zoo.index.dhr import PartEncoder
 from retrieval_zoo.index.impact import Hits, ImpactRetriever
 from retrieval_zoo.index.representations import OffersTermWeights

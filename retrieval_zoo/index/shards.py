@@ -3,7 +3,7 @@
 The corpus, in its file order, is cut into shards of ``shard_size`` documents. Each shard's encoding (a dict of
 tensors: dense vectors, lexical and [CLS] vectors, or bags of CSFs) is written to its own file, atomically, so a
 killed encoding resumes from the shards already complete and never trusts a half-written one; under DDP each rank
-writes its share (:mod:`retrieval_zoo.corpus_encoding`). A folder holds one model's encoding of one corpus: a
+writes its share (:mod:`retrieval_zoo.encoding.corpus`). A folder holds one model's encoding of one corpus: a
 ``manifest.json`` records the documents and the shard size, and opening a folder for another corpus is an error.
 During training's validation the shards are encoded on demand instead, one at a time, and never stored.
 

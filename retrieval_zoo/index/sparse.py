@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import torch
 
-from retrieval_zoo.batching import PLAIN_QUERIES, QueryPrep, encode_payload
 from retrieval_zoo.data.collections import Collection
 from retrieval_zoo.data.formats import Run
+from retrieval_zoo.encoding.batching import PLAIN_QUERIES, QueryPrep, encode_payload
 from retrieval_zoo.index.dhr import PartEncoder, PartSearch
 from retrieval_zoo.index.gip_search import default_device
 from retrieval_zoo.index.representations import OffersTermWeights

@@ -18,10 +18,10 @@ from typing import Any, ClassVar
 
 import torch
 
-from retrieval_zoo.batching import Item, encode_payload
 from retrieval_zoo.data.collections import Collection
 from retrieval_zoo.data.corpus_store import corpus_ids
-from retrieval_zoo.evaluation import Measure
+from retrieval_zoo.encoding.batching import Item, encode_payload
+from retrieval_zoo.evaluation.metrics import Measure
 from retrieval_zoo.index.index import Index
 from retrieval_zoo.index.representations import EncodesTerms, OffersTermWeights, TermEncoder
 from retrieval_zoo.index.shards import CorpusShards, Payload, ShardEncoder

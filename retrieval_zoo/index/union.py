@@ -5,11 +5,11 @@ from __future__ import annotations
 import typing
 from typing import ClassVar, Literal
 
-from retrieval_zoo.batching import Texts
 from retrieval_zoo.bounds import require_choice
 from retrieval_zoo.data.collections import Collection
 from retrieval_zoo.data.formats import Run, top_k
-from retrieval_zoo.evaluation import Measure
+from retrieval_zoo.encoding.batching import Texts
+from retrieval_zoo.evaluation.metrics import Measure
 from retrieval_zoo.index.faiss import DenseRetriever, Faiss
 from retrieval_zoo.index.fusion import complete, interpolate, union_gaps
 from retrieval_zoo.index.index import TENTHS_TO_TWO, EncodingIndex

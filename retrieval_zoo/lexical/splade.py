@@ -5,7 +5,7 @@ w_j = max_i log(1 + ReLU(logit_ij)) over the tokens i of a text, for every vocab
 :func:`splade_vectors` computes it the fast way, with three exact rewrites of the naive loop
 (:func:`splade_vectors_naive`):
 
-1. length-sorted batches (in :func:`retrieval_zoo.batching.encode_all`) to avoid padding;
+1. length-sorted batches (in :func:`retrieval_zoo.encoding.batching.encode_all`) to avoid padding;
 2. max-pooling *before* the activation: log(1 + ReLU(·)) is monotonic non-decreasing, so
    max_i f(x_i) = f(max_i x_i), and the activation runs on (B, V) instead of (B, L, V);
 3. the vocabulary projection in chunks, each max-pooled at once, so memory stays O(B·L·chunk) instead of O(B·L·V).

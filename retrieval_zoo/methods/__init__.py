@@ -1,4 +1,4 @@
-"""Retrieval methods: each an encoder (:mod:`retrieval_zoo.encoder`) plus its paper's losses.
+"""Retrieval methods: each an encoder (:mod:`retrieval_zoo.encoding.encoder`) plus its paper's losses.
 
 One thin file each, on the shared LightningModule in :mod:`retrieval_zoo.methods.method`.
 """

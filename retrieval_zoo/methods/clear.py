@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import torch
 
-from retrieval_zoo.encoder import Encoder
+from retrieval_zoo.encoding.encoder import Encoder
 from retrieval_zoo.losses import MarginNormalization, check_margin_normalization, residual_hinge, residual_margin
 from retrieval_zoo.methods.dense import DenseBiEncoder
 from retrieval_zoo.methods.method import Optim

@@ -11,7 +11,7 @@ up quadratically; CSurF_HN adds a KL term to teacher scores over each query's gr
 :mod:`retrieval_zoo.index.csf`), and ``term_weights``: each bag read with |v| = 0, a surface form's largest weight
 (:meth:`CsfBags.term_weights`), scored by their inner product, SPLADE's sum where CSurF takes the max-sum over source
 tokens (§3.4), for the term-weight indexes (``index=sparse``, ``bmp``, ``lucene_impact``, ``seismic``, ``gip``) and
-CIFF (``python -m retrieval_zoo.export_ciff``). The vectors are left out: for a model trained with |v| > 0 these are
+CIFF (``python -m retrieval_zoo.export.ciff``). The vectors are left out: for a model trained with |v| > 0 these are
 its weights alone, not the model.
 """
 
@@ -25,7 +25,8 @@ import torch.nn.functional as F
 from retrieval_zoo.bounds import require_choice
 from retrieval_zoo.data.collections import Collection
 from retrieval_zoo.distributed import global_mean
-from retrieval_zoo.encoder import Encoder
+from retrieval_zoo.encoding.encoder import Encoder
+from retrieval_zoo.encoding.tokens import Tokens
 from retrieval_zoo.index.representations import TermEncoder
 from retrieval_zoo.index.term_index import encoder_term_weights
 from retrieval_zoo.lexical.csf_bags import Bags, CsfBags, Postings, csf_bags, gather_bags, max_sum_scores
@@ -41,7 +42,6 @@ from retrieval_zoo.losses import (
 )
 from retrieval_zoo.methods.method import BiEncoder, Optim
 from retrieval_zoo.rows import take_rows
-from retrieval_zoo.tokens import Tokens
 from retrieval_zoo.training.datamodule import TrainBatch, required
 
 Similarity = Literal["cosine", "dot"]

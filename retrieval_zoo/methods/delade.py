@@ -18,7 +18,8 @@ from typing import ClassVar
 import torch
 
 from retrieval_zoo.data.collections import Collection
-from retrieval_zoo.encoder import Encoder
+from retrieval_zoo.encoding.encoder import Encoder
+from retrieval_zoo.encoding.tokens import Tokens
 from retrieval_zoo.index.representations import TermEncoder
 from retrieval_zoo.index.term_index import BERT_DISCARD, encoder_term_weights
 from retrieval_zoo.lexical.delade_vectors import delade_vectors
@@ -27,7 +28,6 @@ from retrieval_zoo.losses import kl_distillation
 from retrieval_zoo.methods.dense import DenseBiEncoder
 from retrieval_zoo.methods.method import Optim
 from retrieval_zoo.teachers import Teacher, TeacherRef
-from retrieval_zoo.tokens import Tokens
 from retrieval_zoo.training.datamodule import TrainBatch, required
 
 

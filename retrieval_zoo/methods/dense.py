@@ -14,10 +14,10 @@ from typing import ClassVar
 import torch
 
 from retrieval_zoo.distributed import gather_rows
-from retrieval_zoo.encoder import Encoder
+from retrieval_zoo.encoding.encoder import Encoder
+from retrieval_zoo.encoding.tokens import Tokens
 from retrieval_zoo.losses import contrastive_nll
 from retrieval_zoo.methods.method import BiEncoder, Optim
-from retrieval_zoo.tokens import Tokens
 from retrieval_zoo.training.datamodule import TrainBatch
 
 

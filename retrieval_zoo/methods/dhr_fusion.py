@@ -16,7 +16,7 @@ import torch
 
 from retrieval_zoo.bounds import require_choice
 from retrieval_zoo.data.collections import Collection
-from retrieval_zoo.encoder import Encoder
+from retrieval_zoo.encoding.encoder import Encoder
 from retrieval_zoo.index.fused_terms import CachedSide, bm25_part, fused_term_encoder, splade_part
 from retrieval_zoo.index.representations import TermEncoder
 from retrieval_zoo.lexical.lucene_bm25 import BM25

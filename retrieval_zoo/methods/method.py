@@ -1,13 +1,13 @@
 """The shared LightningModule under every method.
 
 A method subclasses :class:`RetrievalMethod` (:class:`BiEncoder` when it encodes queries and documents apart and
-scores their pairs), receives its :class:`retrieval_zoo.encoder.Encoder` from the config, and supplies
+scores their pairs), receives its :class:`retrieval_zoo.encoding.encoder.Encoder` from the config, and supplies
 ``encode_query``, ``encode_doc``, ``score``, the named ``losses`` it sums, the optional batch fields it ``needs``, and
 the representations it produces (``representations``; :mod:`retrieval_zoo.index.representations`), which decide the
 indexes that search it.
 The base sums and logs the losses and builds AdamW with a linear warm-up. Validation is first-stage retrieval
-through the run's index on a dev subset (:class:`retrieval_zoo.validation.RetrievalValidation`), so checkpoints are
-selected on retrieval quality.
+through the run's index on a dev subset (:class:`retrieval_zoo.training.validation.RetrievalValidation`), so
+checkpoints are selected on retrieval quality.
 """
 
 from __future__ import annotations
@@ -17,11 +17,11 @@ from typing import ClassVar, Generic, TypeVar
 import lightning as L
 import torch
 
-from retrieval_zoo.encoder import Encoder
+from retrieval_zoo.encoding.encoder import Encoder
+from retrieval_zoo.encoding.tokens import Tokens
 from retrieval_zoo.loggers import log_histogram
 from retrieval_zoo.methods.texts import EncoderTexts
 from retrieval_zoo.resume import RNG_KEY, RandomState
-from retrieval_zoo.tokens import Tokens
 from retrieval_zoo.training.datamodule import TrainBatch
 
 QUANTILES = (0.1, 0.5, 0.9)
@@ -161,7 +161,7 @@ class RetrievalMethod(EncoderTexts, L.LightningModule):
         schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: self.optim.factor(step, total, per_epoch))
         return {"optimizer": optimizer, "lr_scheduler": {"scheduler": schedule, "interval": "step"}}
 
-    # --- validation: retrieval through the run's index (retrieval_zoo.validation.RetrievalValidation) ----------
+    # --- validation: retrieval through the run's index (training.validation.RetrievalValidation) ---------------------
     def validation_step(self, qids: list[str], batch_idx: int) -> None:
         """Nothing here: the validation callback retrieves for the batch's query ids through the run's index."""
 

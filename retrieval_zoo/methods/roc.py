@@ -25,7 +25,7 @@ import numpy as np
 import torch
 
 from retrieval_zoo.bounds import require_choice
-from retrieval_zoo.encoder import Encoder
+from retrieval_zoo.encoding.encoder import Encoder
 from retrieval_zoo.lexical.projection import RademacherProjection
 from retrieval_zoo.lexical.sparse_rows import SparseBatch
 from retrieval_zoo.losses import orthogonality

@@ -13,11 +13,11 @@ from typing import cast
 import numpy as np
 import torch
 
-from retrieval_zoo.batching import QueryPrep, Texts
 from retrieval_zoo.cache import fingerprint
 from retrieval_zoo.data.collections import Collection
-from retrieval_zoo.encoder import Encoder
-from retrieval_zoo.tokens import CachedTexts, TextTokenizer, TokenCache, TokenizedBatch
+from retrieval_zoo.encoding.batching import QueryPrep, Texts
+from retrieval_zoo.encoding.encoder import Encoder
+from retrieval_zoo.encoding.tokens import CachedTexts, TextTokenizer, TokenCache, TokenizedBatch
 
 
 class EncoderTexts:
@@ -46,7 +46,8 @@ class EncoderTexts:
     def corpus_texts(self, collection: Collection) -> Callable[[list[str]], Texts]:
         """Document ids → what encoding reads of them: their cached tokens, or texts for a method without a tokenizer.
 
-        The corpus is tokenized once (:class:`~retrieval_zoo.tokens.TokenCache`, shared with training's batches).
+        The corpus is tokenized once (:class:`~retrieval_zoo.encoding.tokens.TokenCache`, shared with training's
+        batches).
         """
         corpus, tokenizer = collection.corpus, self.text_tokenizer()
         if tokenizer is None:
@@ -79,7 +80,7 @@ class EncoderTexts:
     def prepare_queries(self, texts: list[str]) -> TokenizedBatch:
         """A batch of query texts with each encoder's tokens for them: from :meth:`cache_queries`'s cache, or tokenized.
 
-        Retrievers run it where batches are prepared ahead (:func:`retrieval_zoo.batching.prepared_batches`: in
+        Retrievers run it where batches are prepared ahead (:func:`retrieval_zoo.encoding.batching.prepared_batches`: in
         DataLoader workers beside an accelerator), so a query typed at search time is tokenized there, not in the step.
         """
         return TokenizedBatch(texts, {encoder.token_key: encoder.texts_tokens(texts, "query")

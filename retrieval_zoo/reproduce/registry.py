@@ -18,9 +18,9 @@ A cell is written as the README writes it: ``"0.5585"`` (one seed), ``"0.4483 ±
 job's seeds) or ``"1.2, 1.0, 1.1"`` (one value per seed); a unit (``"24.4 MiB"``) and ``**bold**`` are ignored. A row's
 ``first_seed`` gives a mean ± sd cell's value at the job's first seed alone, so that ``--quick`` checks it to the
 machine tolerance instead of to the seed-to-seed spread.
-Fields are a measure of :data:`~retrieval_zoo.evaluation.MEASURES` (of the row's ``system``) or a dotted path into
-``results.json`` (``tuning.value``, ``complementarity.RoC``, ``efficiency.e_ops``, ``index_MiB``). Measures are gated
-by the tolerances of ``reproductions/tolerances.yaml``; the other fields are compared and reported, not gated.
+Fields are a measure of :data:`~retrieval_zoo.evaluation.metrics.MEASURES` (of the row's ``system``) or a dotted path
+into ``results.json`` (``tuning.value``, ``complementarity.RoC``, ``efficiency.e_ops``, ``index_MiB``). Measures are
+gated by the tolerances of ``reproductions/tolerances.yaml``; the other fields are compared and reported, not gated.
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ from pathlib import Path
 
 import yaml
 
-from retrieval_zoo.evaluation import MEASURES
+from retrieval_zoo.evaluation.metrics import MEASURES
 
 REGISTRY = Path(__file__).resolve().parents[2] / "reproductions"
 MIB = 2**20

@@ -5,9 +5,9 @@ Optional batch fields are filled only when the method declares it needs them (``
 document terms, whose inner product is BM25: RoC's q_bm25 and d_bm25) and ``teacher_scores`` (from a run file,
 for distillation). All BM25 work happens once in :meth:`TriplesDataModule.setup`, before training, so no training
 step waits on Java. Given the method's tokenizer, :meth:`TriplesDataModule.setup` tokenizes the corpus and the
-training queries once into token caches (:class:`~retrieval_zoo.tokens.TokenCache`, memory-mapped, shared by every
-run with the same tokenizer), and a batch gathers its :class:`~retrieval_zoo.tokens.Tokens` from them, so the
-training step receives tensors and nothing tokenizes during training; the texts themselves come only to a method
+training queries once into token caches (:class:`~retrieval_zoo.encoding.tokens.TokenCache`, memory-mapped, shared by
+every run with the same tokenizer), and a batch gathers its :class:`~retrieval_zoo.encoding.tokens.Tokens` from them,
+so the training step receives tensors and nothing tokenizes during training; the texts themselves come only to a method
 that needs them (``texts``: an online teacher with its own tokenizer).
 """
 
@@ -29,10 +29,10 @@ from retrieval_zoo.data.collections import Collection
 from retrieval_zoo.data.corpus_store import corpus_ids
 from retrieval_zoo.data.doc_rows import RankedRows
 from retrieval_zoo.data.ranked_rows import cached_ranked_rows
+from retrieval_zoo.encoding.tokens import TextTokenizer, TokenCache, Tokens
 from retrieval_zoo.id_index import IdIndex
 from retrieval_zoo.lexical.lucene_bm25 import BM25
 from retrieval_zoo.lexical.sparse_rows import SparseBatch
-from retrieval_zoo.tokens import TextTokenizer, TokenCache, Tokens
 from retrieval_zoo.training.loaders import GroupDataset, ResumableLoader
 from retrieval_zoo.training.lookups import PairTable, precompute_fields, restrict_to_teacher
 from retrieval_zoo.training.negatives import GroupSampling, ShardedEpochSampler, judged_positives, negative_pool
@@ -118,7 +118,8 @@ class TriplesDataModule(L.LightningDataModule):
             where they would compete with the step for the cores, and up to 4 per process on an accelerator.
         holdout_queries: Judged training queries kept out of training (:meth:`Collection.tuning_qids`), on which
             evaluation tunes fusion weights such as CLEAR's λ_test.
-        tokenizer: The method's :class:`~retrieval_zoo.tokens.TextTokenizer` (``train.py`` passes it): batches carry
+        tokenizer: The method's :class:`~retrieval_zoo.encoding.tokens.TextTokenizer` (``train.py`` passes it): batches
+        carry
             tokens from the token caches; None leaves the texts for the method to tokenize.
         term_keys: Terms → their keys (RoC's projection hashes them; ``train.py`` passes ``method.term_keys()``):
             the BM25 vectors are then stored as CSR arrays once and batches carry them as tensors, not dicts.
@@ -215,7 +216,7 @@ class TriplesDataModule(L.LightningDataModule):
             qids,
             self.term_keys,
         )
-        if self.tokenizer is not None:  # every text tokenized once, read by memory map (retrieval_zoo.tokens)
+        if self.tokenizer is not None:  # every text tokenized once, read by memory map (retrieval_zoo.encoding.tokens)
             corpus, all_queries = self.collection.corpus, self.collection.queries[split]
             self.doc_cache = TokenCache.build(corpus, self.tokenizer, "doc", self.collection.corpus_fingerprint)
             content = fingerprint(sorted(all_queries.items()))  # the queries' own text: a few MB, hashed in a blink

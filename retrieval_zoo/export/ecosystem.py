@@ -1,4 +1,6 @@
-"""The files that let sentence-transformers load an exported folder (:mod:`retrieval_zoo.export`) without this package.
+"""The files that let sentence-transformers load an exported folder without this package.
+
+The folder is :mod:`retrieval_zoo.export.folder`'s.
 
 A method whose vectors are its encoder's pooled hidden states (the dense reference, CLEAR's embedding, RoC's [CLS]
 side: :class:`~retrieval_zoo.methods.dense.DenseBiEncoder`'s own ``encode_query`` / ``encode_doc``) loads as a
@@ -10,7 +12,7 @@ so do CSurF's expansion weights w_t, with a pooling module shipped in the folder
 (``trust_remote_code=True``).
 Each side keeps its length (``query_length``, ``document_length``: ``encode_query`` / ``encode_document`` cut
 texts where the method does). Other methods have no stock equivalent and load with ``retrieval_zoo.load``
-(:func:`retrieval_zoo.exported.load`): DeLADE's Eq. 23 activation, CSurF's CSF vectors, RoC's BM25 projection
+(:func:`retrieval_zoo.export.exported.load`): DeLADE's Eq. 23 activation, CSurF's CSF vectors, RoC's BM25 projection
 beside the [CLS] vector.
 """
 
@@ -22,7 +24,7 @@ from pathlib import Path
 import torch
 
 from retrieval_zoo.cache import write_json
-from retrieval_zoo.encoder import Encoder
+from retrieval_zoo.encoding.encoder import Encoder
 from retrieval_zoo.methods.csurf import CSurF
 from retrieval_zoo.methods.dense import DenseBiEncoder
 from retrieval_zoo.methods.dhr_fusion import DhrFusion
@@ -31,7 +33,9 @@ PROMPT_NAMES = {"query": "query", "doc": "document"}  # the encoder's sides → 
 TRANSFORMER = "sentence_transformers.base.modules.transformer.Transformer"
 POOLING = "sentence_transformers.sentence_transformer.modules.pooling.Pooling"
 SPLADE_POOLING = "sentence_transformers.sparse_encoder.modules.splade_pooling.SpladePooling"
-MODELING_CSURF = Path(__file__).resolve().parent / "hub_modules" / "modeling_csurf.py"  # copied, never imported here
+MODELING_CSURF = (
+    Path(__file__).resolve().parents[1] / "hub_modules" / "modeling_csurf.py"
+)  # copied, never imported here
 
 
 def is_pooled_dense(model: torch.nn.Module) -> bool:

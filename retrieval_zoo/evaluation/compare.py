@@ -1,12 +1,13 @@
 """Compare systems on the same queries: a table, paired significance tests, and per-query wins and losses.
 
-    python -m retrieval_zoo.compare outputs/<clear_run> outputs/<roc_run>/run.dev.trec --bm25 --out report/
-    python -m retrieval_zoo.compare a.trec b.trec --qrels qrels.dev.tsv --measures MRR@10 nDCG@10 --bonferroni
+    python -m retrieval_zoo.evaluation.compare outputs/<clear_run> outputs/<roc_run>/run.dev.trec --bm25 --out report/
+    python -m retrieval_zoo.evaluation.compare a.trec b.trec --qrels qrels.dev.tsv --measures MRR@10 nDCG@10
+    --bonferroni
 
 Each system is a TREC run file, or a ``train.py`` / ``evaluate.py`` output directory (its ``run.<split>.trec``;
 ``--bm25`` adds the first directory's BM25 run as the baseline). The qrels come from ``--qrels`` or from the first
 directory's dataset config. The first system is the baseline; every other one is tested against it, per measure, on
-the per-query values trec_eval computes (:func:`retrieval_zoo.evaluation.per_query`):
+the per-query values trec_eval computes (:func:`retrieval_zoo.evaluation.metrics.per_query`):
 
 - a paired two-sided t-test (``scipy.stats.ttest_rel``), as CLEAR and RoC report;
 - a paired two-sided permutation test that flips the sign of per-query differences (``scipy.stats.permutation_test``,
@@ -31,7 +32,7 @@ from scipy import stats
 
 from retrieval_zoo.cache import atomic_path, write_json
 from retrieval_zoo.data.formats import Qrels, Run, read_qrels, read_run
-from retrieval_zoo.evaluation import MEASURES, per_query
+from retrieval_zoo.evaluation.metrics import MEASURES, per_query
 
 
 @dataclass

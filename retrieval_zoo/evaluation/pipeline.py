@@ -1,7 +1,7 @@
 """Train → index → search → evaluate, shared by ``train.py`` and ``evaluate.py``.
 
 A run's identity and config, the method × index check, the collection and its BM25, and the corpus encoding before
-the evaluation's stages (:mod:`retrieval_zoo.evaluation_run`).
+the evaluation's stages (:mod:`retrieval_zoo.evaluation.stages`).
 """
 
 from __future__ import annotations
@@ -13,16 +13,16 @@ import lightning as L
 from hydra.utils import get_class, instantiate
 from omegaconf import DictConfig, OmegaConf
 
-from retrieval_zoo.corpus_encoding import encode_corpus
 from retrieval_zoo.data.collections import Collection
-from retrieval_zoo.evaluation_run import evaluate_method
+from retrieval_zoo.encoding.corpus import encode_corpus
+from retrieval_zoo.evaluation.stages import evaluate_method
 from retrieval_zoo.index.index import Index, check_pair
 from retrieval_zoo.index.shards import CorpusShards
 from retrieval_zoo.lexical.lucene_bm25 import BM25
 from retrieval_zoo.methods.method import RetrievalMethod
 from retrieval_zoo.resume import exit_code_on_sigterm
 
-CONF = Path(__file__).resolve().parent / "conf"  # shipped with the package
+CONF = Path(__file__).resolve().parents[1] / "conf"  # shipped with the package
 
 
 def identity(cfg: DictConfig) -> dict[str, str]:
@@ -83,7 +83,7 @@ def encode_and_evaluate(
 ) -> dict | None:  # fmt: skip
     """What ``train.py`` and ``evaluate.py`` run once the model is loaded: encoding, then evaluation.
 
-    The corpus is encoded on every rank, then rank 0 evaluates (:func:`retrieval_zoo.evaluation_run.evaluate_method`)
+    The corpus is encoded on every rank, then rank 0 evaluates (:func:`retrieval_zoo.evaluation.stages.evaluate_method`)
     with the run's ``eval`` settings.
 
     Returns:

@@ -18,7 +18,7 @@ import torch
 from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
-from retrieval_zoo.encoder import Encoder
+from retrieval_zoo.encoding.encoder import Encoder
 from retrieval_zoo.trained import without_teacher
 
 FORMAT = 1  # bumped when the folder's layout changes: an older folder is refused, naming both
@@ -41,7 +41,7 @@ def manifest(model_dir: Path) -> dict:
     path = Path(model_dir) / MANIFEST
     if not path.exists():
         raise FileNotFoundError(f"{path} not found: model_dir must be a folder written by python -m "
-                                "retrieval_zoo.export")  # fmt: skip
+                                "retrieval_zoo.export.folder")  # fmt: skip
     found = json.loads(path.read_text())
     if found.get("format") != FORMAT:
         raise ValueError(f"{path}: format {found.get('format')}, this retrieval_zoo reads format {FORMAT}: export the "
@@ -57,7 +57,7 @@ def backbones_at(method: DictConfig, model_dir: Path, encoders: dict[str, str]) 
         if node is None:
             raise ValueError(f"{Path(model_dir) / MANIFEST}: the method has no encoder at {module_path!r}")
         path = str((Path(model_dir) / subfolder).resolve())
-        node.backbone = {"_target_": "retrieval_zoo.backbones.Backbone", "name": str(node.backbone.name),
+        node.backbone = {"_target_": "retrieval_zoo.encoding.backbones.Backbone", "name": str(node.backbone.name),
                          "path": path, "has_mlm_head": bool(node.mlm_head)}  # fmt: skip
     return without_teacher(method)
 

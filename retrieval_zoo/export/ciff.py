@@ -1,7 +1,7 @@
 """A method's learned sparse term weights exported as CIFF, with its queries' impacts, for the field's engines.
 
-python -m retrieval_zoo.export_ciff run_dir=outputs/<date>/<time>_delade out=exports/delade   # a trained run
-python -m retrieval_zoo.export_ciff method=dlr_splade out=exports/splade_tiny                  # an untrained method
+python -m retrieval_zoo.export.ciff run_dir=outputs/<date>/<time>_delade out=exports/delade   # a trained run
+python -m retrieval_zoo.export.ciff method=dlr_splade out=exports/splade_tiny                  # an untrained method
 
 Any method whose representation is ``term_weights`` (SPLADE-tiny's, DeLADE's Eq. 23 bag of words, the DLR/DHR
 fusions' BM25 or SPLADE source vectors, CSurF's bags read with |v| = 0). Writes into ``out``:
@@ -29,16 +29,16 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
-from retrieval_zoo.batching import encode_payload
 from retrieval_zoo.config_check import check_config
 from retrieval_zoo.data.corpus_store import corpus_ids
+from retrieval_zoo.encoding.batching import encode_payload
+from retrieval_zoo.evaluation.pipeline import build_collection_and_bm25, encode_for_index
 from retrieval_zoo.index.ciff import spill, term_lists, write_ciff
 from retrieval_zoo.index.impact import quantize, scan
 from retrieval_zoo.index.representations import TermEncoder
 from retrieval_zoo.index.shards import CorpusShards
 from retrieval_zoo.index.sparse import Sparse
 from retrieval_zoo.methods.method import RetrievalMethod
-from retrieval_zoo.pipeline import build_collection_and_bm25, encode_for_index
 from retrieval_zoo.term_matrix import columns_from, each_row
 from retrieval_zoo.trained import load_trained, trained_config
 

@@ -14,8 +14,8 @@ the documents it is given, so each query's ranking is fed as
 
 Then R@depth = relevant in the top ``depth`` / all relevant (trec_eval's ``recall_<depth>``) and MRR@10 =
 1 / rank of the first relevant in the top 10 (``recip_rank`` over the top 10), and a query that retrieved nothing
-scores 0, as :mod:`retrieval_zoo.evaluation` counts it (``trec_eval -c``). torchmetrics computes each query's value
-in float32: the means equal trec_eval's within 1e-7 (``tests/test_validation_metrics.py``).
+scores 0, as :mod:`retrieval_zoo.evaluation.metrics` counts it (``trec_eval -c``). torchmetrics computes each query's
+value in float32: the means equal trec_eval's within 1e-7 (``tests/test_validation_metrics.py``).
 """
 
 from __future__ import annotations

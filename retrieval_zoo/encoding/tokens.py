@@ -46,10 +46,10 @@ class Tokens:
 class TokenizedBatch(list):
     """A batch of texts (or of document ids) with the tokens each of a method's encoders reads for them.
 
-    Made where batches are prepared ahead (:func:`retrieval_zoo.batching.prepared_batches`: in DataLoader workers
-    beside an accelerator), so an encoder handed it reads its tokens from :attr:`tokens`, under its
-    :attr:`~retrieval_zoo.encoder.Encoder.token_key`, and tokenizes nothing; the strings stay for what reads them
-    (BM25's query terms, document ids).
+    Made where batches are prepared ahead (:func:`retrieval_zoo.encoding.batching.prepared_batches`: in DataLoader
+    workers beside an accelerator), so an encoder handed it reads its tokens from :attr:`tokens`, under its
+    :attr:`~retrieval_zoo.encoding.encoder.Encoder.token_key`, and tokenizes nothing; the strings stay for what reads
+    them (BM25's query terms, document ids).
 
     Args:
         items: The texts or ids.
@@ -216,7 +216,7 @@ def _build(
 class CachedTexts:
     """Texts named by id that an encoder receives as :class:`Tokens` gathered from a token cache, never as strings.
 
-    What :func:`retrieval_zoo.batching.encode_payload` batches in place of a list of texts; it orders them into
+    What :func:`retrieval_zoo.encoding.batching.encode_payload` batches in place of a list of texts; it orders them into
     batches by :attr:`lengths`, their length in tokens, so a batch pads the least.
 
     Args:

@@ -25,7 +25,7 @@ from transformers import (
 )
 from transformers.utils import logging as hf_logging
 
-from retrieval_zoo.attention import without_host_sync
+from retrieval_zoo.encoding.attention import without_host_sync
 
 HUB_HOST = "huggingface.co"
 

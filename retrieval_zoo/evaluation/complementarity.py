@@ -11,7 +11,7 @@ from pathlib import Path
 
 from retrieval_zoo.cache import atomic_path
 from retrieval_zoo.data.formats import Qrels, Run, ranked
-from retrieval_zoo.evaluation import judged
+from retrieval_zoo.evaluation.metrics import judged
 
 
 def answered(run: Run, qrels: Qrels, k: int) -> set[str]:

@@ -15,9 +15,9 @@ from typing import Literal
 import torch
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-from retrieval_zoo.backbones import Backbone
 from retrieval_zoo.bounds import require_choice
-from retrieval_zoo.tokens import TextLookup, TextTokenizer, TokenCache, TokenizedBatch, Tokens
+from retrieval_zoo.encoding.backbones import Backbone
+from retrieval_zoo.encoding.tokens import TextLookup, TextTokenizer, TokenCache, TokenizedBatch, Tokens
 
 SIDES = ("query", "doc")
 

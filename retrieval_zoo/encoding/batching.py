@@ -2,8 +2,8 @@
 
 Every encoding loop (corpus shards, query sets) takes its batches from :func:`prepared_batches`: a DataLoader over
 the length-sorted batches whose items are what the encoder reads, cached tokens gathered from their token cache or
-texts with their tokens (:class:`~retrieval_zoo.tokens.TokenizedBatch`). In a process that uses CUDA, batches that
-need preparing (texts to tokenize) are made by forked workers in page-locked memory while the device encodes the
+texts with their tokens (:class:`~retrieval_zoo.encoding.tokens.TokenizedBatch`). In a process that uses CUDA, batches
+that need preparing (texts to tokenize) are made by forked workers in page-locked memory while the device encodes the
 batch before. Cached tokens are gathered in the process, also where several encoders each read theirs: a gather takes a
 fraction of a millisecond, and the device, which is never waited on between batches, still has the batch before
 queued, whereas forking the workers of a CUDA process costs tens of milliseconds a call. On CPUs every batch is
@@ -23,8 +23,8 @@ import torch
 from torch.utils.data import DataLoader, Dataset
 from tqdm import tqdm
 
+from retrieval_zoo.encoding.tokens import CachedTexts, Tokens
 from retrieval_zoo.term_matrix import cat_rows, is_csr, take_rows
-from retrieval_zoo.tokens import CachedTexts, Tokens
 
 Texts = list[str] | CachedTexts  # what the encoding helpers batch: texts, or ids whose tokens are cached
 LengthsOf = Callable[[list[str]], list[int] | None]  # texts → their lengths in tokens, or None: go by characters

@@ -1,4 +1,4 @@
-"""A trained run exported as a self-contained Hugging Face-style folder (:mod:`retrieval_zoo.exported`).
+"""A trained run exported as a self-contained Hugging Face-style folder (:mod:`retrieval_zoo.export.exported`).
 
 python -m retrieval_zoo.export run_dir=outputs/<date>/<time>_clear out=exports/clear
 python evaluate.py model_dir=exports/clear        # the run's own TREC run, from the folder alone
@@ -21,15 +21,15 @@ from omegaconf import DictConfig, OmegaConf
 
 from retrieval_zoo.cache import atomic_path, write_json
 from retrieval_zoo.config_check import check_config
-from retrieval_zoo.ecosystem import (
+from retrieval_zoo.export.ecosystem import (
     is_csurf_expansion,
     is_pooled_dense,
     is_splade,
     write_sentence_transformers,
     write_sparse_encoder,
 )
-from retrieval_zoo.exported import FORMAT, MANIFEST, WEIGHTS, encoder_modules, folder_name
-from retrieval_zoo.model_card import ecosystem_usage, model_card
+from retrieval_zoo.export.exported import FORMAT, MANIFEST, WEIGHTS, encoder_modules, folder_name
+from retrieval_zoo.export.model_card import ecosystem_usage, model_card
 from retrieval_zoo.trained import load_trained, trained_config
 
 

@@ -1,4 +1,4 @@
-"""The model card of an exported folder (:mod:`retrieval_zoo.export`): ``README.md`` in the Hugging Face format.
+"""The model card of an exported folder (:mod:`retrieval_zoo.export.folder`): ``README.md`` in the Hugging Face format.
 
 Front matter (library, license, tags), the run's metrics from its ``results.json``, the training data, backbone and
 config, usage (``evaluate.py model_dir=``, ``retrieval_zoo.load``, and sentence-transformers where the folder loads

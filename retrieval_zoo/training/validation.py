@@ -5,7 +5,7 @@ top ``pool_depth`` of the validation queries and their judged documents, :mod:`r
 is indexed with the current weights by the same index the run evaluates with. Each rank searches its share of the
 validation queries (the DataModule deals them out, every ``world``-th) to depth ``val_k``, and MRR@10 and R@val_k
 over all of them are logged as ``val/MRR@10`` and ``val/R@<val_k>``: torchmetrics' retrieval metrics, gathered
-across ranks, equal to trec_eval's (:mod:`retrieval_zoo.validation_metrics`).
+across ranks, equal to trec_eval's (:mod:`retrieval_zoo.training.validation_metrics`).
 
 The encoding is split over ranks too. In one process the documents are encoded on demand, a shard at a time, and
 nothing is stored. Under DDP, rank r encodes the shards r, r + world, ... into a folder every rank reads
@@ -29,8 +29,8 @@ from retrieval_zoo.data.corpus_store import corpus_ids
 from retrieval_zoo.index.index import Index, Retriever
 from retrieval_zoo.index.shards import CorpusShards
 from retrieval_zoo.lexical.lucene_bm25 import BM25
+from retrieval_zoo.training.validation_metrics import RankingMetrics
 from retrieval_zoo.training.validation_pool import candidate_pool
-from retrieval_zoo.validation_metrics import RankingMetrics
 
 Corpus = Literal["full", "pool"]
 

@@ -1,8 +1,8 @@
 """A model's evaluation as stages: queries → search (build, tune, search, parts) → write runs → measure → report.
 
 Each stage is a function of a few arguments whose result the next one takes; :func:`evaluate_method` chains them as
-``train.py`` and ``evaluate.py`` run them (through :func:`retrieval_zoo.pipeline.encode_and_evaluate`). A retriever
-is used only through :class:`retrieval_zoo.retriever.Retriever`.
+``train.py`` and ``evaluate.py`` run them (through :func:`retrieval_zoo.evaluation.pipeline.encode_and_evaluate`). A
+retriever is used only through :class:`retrieval_zoo.retriever.Retriever`.
 """
 
 from __future__ import annotations
@@ -15,10 +15,10 @@ from pathlib import Path
 import torch
 
 from retrieval_zoo.cache import atomic_path, write_json
-from retrieval_zoo.complementarity import complementarity, moved_queries, venn_figure
 from retrieval_zoo.data.collections import Collection
 from retrieval_zoo.data.formats import Qrels, Run, as_written, write_run
-from retrieval_zoo.evaluation import evaluate, format_table
+from retrieval_zoo.evaluation.complementarity import complementarity, moved_queries, venn_figure
+from retrieval_zoo.evaluation.metrics import evaluate, format_table
 from retrieval_zoo.index.index import Index
 from retrieval_zoo.index.process_shards import split_over_processes
 from retrieval_zoo.index.shards import CorpusShards
