@@ -111,7 +111,7 @@ def test_training_score_is_eq_13_and_losses_are_named() -> None:
     assert model.needs == {"teacher_scores"}
     model.eval()  # no dropout: the two forward passes below must agree
     tokens = model.encoder.tokenize(["python library"], "query")
-    lexical, cls = model.encode_parts(*tokens)
+    lexical, cls = model.term_parts(*tokens)
     fused = model.encode_query(["python library"])
     assert fused.shape == (1, model.vocab_size + 8)
     assert (fused @ fused.T).item() == pytest.approx((lexical @ lexical.T + 4.0 * cls @ cls.T).item(), rel=1e-5)

@@ -97,7 +97,7 @@ def test_corpus_encoding_from_cached_tokens_equals_encoding_the_texts(tiny, tiny
             assert torch.equal(got, value if got is bags[name] else value[in_order[1]]), name
         delade = DeLADE(tiny_encoder(mlm_head=True), cls_dim=8).eval()
         encoded = delade.term_encoder(tiny, tiny_bm25).encode_docs(ids)
-        lexical, cls = delade.encode_parts(*delade.encoder.tokenize(texts, "doc"))
+        lexical, cls = delade.term_parts(*delade.encoder.tokenize(texts, "doc"))
         assert torch.equal(encoded["lexical"], lexical) and torch.equal(encoded["cls"], cls)
 
 

@@ -20,6 +20,7 @@ from retrieval_zoo.encoding.backbones import Backbone
 from retrieval_zoo.encoding.tokens import TextLookup, TextTokenizer, TokenCache, TokenizedBatch, Tokens
 
 SIDES = ("query", "doc")
+BERT_DISCARD = 570  # BERT's leading [PAD], [unused*], [UNK], [CLS], ... ids: never a term (delade-dhr.md §4.2)
 
 
 def mean_pool(hidden: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:

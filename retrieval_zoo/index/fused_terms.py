@@ -16,11 +16,10 @@ import torch
 
 from retrieval_zoo.data.corpus_store import corpus_ids
 from retrieval_zoo.encoding.batching import Item, QueryPrep, Texts, encode_payload, read, text_lengths
-from retrieval_zoo.encoding.encoder import Encoder
+from retrieval_zoo.encoding.encoder import BERT_DISCARD, Encoder
 from retrieval_zoo.encoding.tokens import TokenizedBatch, Tokens
 from retrieval_zoo.index.representations import OffersVectors, TermEncoder
 from retrieval_zoo.index.shards import Payload
-from retrieval_zoo.index.term_index import BERT_DISCARD
 from retrieval_zoo.lexical.bm25_rows import document_rows
 from retrieval_zoo.lexical.lucene_bm25 import BM25
 from retrieval_zoo.lexical.sparse_rows import SparseRows

@@ -100,10 +100,10 @@ class OffersTermWeights(Represented, Protocol):
 
 
 @runtime_checkable
-class EncodesTerms(Encodes, Protocol):
-    """A method whose encoder's MLM head gives each text's term weights over its vocabulary (DeLADE, CSurF).
+class EncodesTermParts(Encodes, Protocol):
+    """A method whose encoder gives each text's term weights over its vocabulary (DeLADE, CSurF).
 
-    What :func:`retrieval_zoo.index.term_index.encoder_term_weights` reads to make its :class:`TermEncoder`.
+    What :class:`retrieval_zoo.index.term_index.TermWeightsFromParts` reads to make its :class:`TermEncoder`.
     """
 
     @property
@@ -114,6 +114,20 @@ class EncodesTerms(Encodes, Protocol):
     @property
     def vocab_size(self) -> int:
         """|V|."""
+        ...
+
+    @property
+    def term_discard(self) -> int:
+        """Leading vocabulary ids that are never a term (BERT: 570), dropped before densification."""
+        ...
+
+    @property
+    def cls_weight(self) -> float:
+        """λ of the [CLS] part as trained (Eq. 13); 1.0 without one."""
+        ...
+
+    def term_parts(self, ids: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """(T, L) ids and mask → (T, |V|) lexical vectors and (T, c) [CLS] vectors or None."""
         ...
 
 

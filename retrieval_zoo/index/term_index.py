@@ -13,7 +13,6 @@ reference the densification approximates. Both fuse the [CLS] part with a weight
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any, ClassVar
 
 import torch
@@ -23,37 +22,30 @@ from retrieval_zoo.data.corpus_store import corpus_ids
 from retrieval_zoo.encoding.batching import Item, encode_payload
 from retrieval_zoo.evaluation.metrics import Measure
 from retrieval_zoo.index.index import Index
-from retrieval_zoo.index.representations import EncodesTerms, OffersTermWeights, TermEncoder
+from retrieval_zoo.index.representations import EncodesTermParts, OffersTermWeights, TermEncoder
 from retrieval_zoo.index.shards import CorpusShards, Payload, ShardEncoder
 from retrieval_zoo.lexical.lucene_bm25 import BM25
 
-BERT_DISCARD = 570  # BERT's leading [PAD], [unused*], [UNK], [CLS], ... ids, dropped before slicing (§4.2)
 ON_DEMAND_SHARD = 1024  # documents whose |V|-wide vectors exist at once when a corpus is densified on demand
 DHR_GRID = (0.0, 0.05, 0.1, 0.2, 0.3, 0.5, 0.75, 1.0, 1.5, 2.0, 3.0, 5.0)
 
 
-def encoder_term_weights(
-    method: EncodesTerms, collection: Collection,
-    parts: Callable[[torch.Tensor, torch.Tensor], tuple[torch.Tensor, Any]], discard: int, weight: float,
-) -> TermEncoder:  # fmt: skip
+def encoder_term_weights(method: EncodesTermParts, collection: Collection) -> TermEncoder:
     """The :class:`TermEncoder` of a method whose encoder gives each text's term weights (DeLADE, CSurF).
 
     Args:
-        method: The method, with its encoder and vocabulary.
+        method: The method: its encoder, vocabulary and :meth:`~EncodesTermParts.term_parts`.
         collection: Its documents are read from their cached tokens.
-        parts: (T, L) ids and mask → (T, |V|) lexical vectors and (T, c) [CLS] vectors or None.
-        discard: Leading vocabulary ids never used.
-        weight: λ of the [CLS] part (1.0 without one).
     """
     encoder = method.encoder
     if encoder is None:
         raise TypeError(f"{type(method).__name__} has no encoder to give term weights")
 
     def encode_queries(texts: Item) -> tuple[torch.Tensor, torch.Tensor | None]:
-        return parts(*encoder.tokenize(texts, "query"))
+        return method.term_parts(*encoder.tokenize(texts, "query"))
 
     def doc_parts(batch: Any) -> dict[str, torch.Tensor | None]:
-        lexical, cls = parts(*encoder.tokenize(batch, "doc"))
+        lexical, cls = method.term_parts(*encoder.tokenize(batch, "doc"))
         return {"lexical": lexical, "cls": cls}
 
     texts = method.corpus_texts(collection)  # the corpus's cached tokens
@@ -61,8 +53,19 @@ def encoder_term_weights(
     def encode_docs(docids: list[str]) -> Payload:
         return encode_payload(doc_parts, texts(docids), method.encode_batch_size, "docs")
 
-    return TermEncoder(encode_queries, encode_docs, method.vocab_size, discard, encoder.id_strings,
-                       weight, method.encode_batch_size, method.query_prep())  # fmt: skip
+    return TermEncoder(encode_queries, encode_docs, method.vocab_size, method.term_discard, encoder.id_strings,
+                       method.cls_weight, method.encode_batch_size, method.query_prep())  # fmt: skip
+
+
+class TermWeightsFromParts:
+    """``term_weights`` for a method that declares its :meth:`~EncodesTermParts.term_parts` (DeLADE, CSurF).
+
+    Mixed into those methods: their files name their parts, and this module assembles what the indexes read.
+    """
+
+    def term_encoder(self: EncodesTermParts, collection: Collection, bm25: BM25) -> TermEncoder:
+        """Its queries' and ``collection``'s documents' term weights (BM25 is not read)."""
+        return encoder_term_weights(self, collection)
 
 
 class TermIndex(Index[OffersTermWeights]):

@@ -23,14 +23,11 @@ import torch
 import torch.nn.functional as F
 
 from retrieval_zoo.bounds import require_choice
-from retrieval_zoo.data.collections import Collection
 from retrieval_zoo.distributed import global_mean
 from retrieval_zoo.encoding.encoder import Encoder
 from retrieval_zoo.encoding.tokens import Tokens
-from retrieval_zoo.index.representations import TermEncoder
-from retrieval_zoo.index.term_index import encoder_term_weights
+from retrieval_zoo.index.term_index import TermWeightsFromParts
 from retrieval_zoo.lexical.csf_bags import Bags, CsfBags, Postings, csf_bags, gather_bags, max_sum_scores
-from retrieval_zoo.lexical.lucene_bm25 import BM25
 from retrieval_zoo.lexical.splade import max_pooled_logits, mlm_head_parts
 from retrieval_zoo.losses import (
     KlDirection,
@@ -47,7 +44,7 @@ from retrieval_zoo.training.datamodule import TrainBatch, required
 Similarity = Literal["cosine", "dot"]
 
 
-class CSurF(BiEncoder[CsfBags]):
+class CSurF(TermWeightsFromParts, BiEncoder[CsfBags]):
     """CSurF, or CSurF_HN with ``kd_weight`` > 0 and a teacher run.
 
     Args:
@@ -132,13 +129,12 @@ class CSurF(BiEncoder[CsfBags]):
         """(N,) texts, or their tokens → their bags of CSFs."""
         return self.encode_bags(*self.encoder.tokenize(texts, "doc"))[0]
 
-    def term_encoder(self, collection: Collection, bm25: BM25) -> TermEncoder:
-        """Queries' and the collection's documents' bags as term weights (|v| = 0; module docstring)."""
+    term_discard: ClassVar[int] = 0  # every surface form can be a term
+    cls_weight: ClassVar[float] = 1.0  # no [CLS] part
 
-        def weights(ids: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, None]:
-            return self.encode_bags(ids, mask)[0].term_weights(self.vocab_size), None
-
-        return encoder_term_weights(self, collection, weights, 0, 1.0)
+    def term_parts(self, ids: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, None]:
+        """(T, L) ids and mask → the texts' bags as (T, |V|) term weights (|v| = 0; module docstring), no [CLS]."""
+        return self.encode_bags(ids, mask)[0].term_weights(self.vocab_size), None
 
     def score(self, queries: CsfBags, docs: CsfBags) -> torch.Tensor:
         """Score(q, d) of §3.3 for every query and document: B and N bags → (B, N)."""

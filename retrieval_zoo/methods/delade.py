@@ -17,13 +17,10 @@ from typing import ClassVar
 
 import torch
 
-from retrieval_zoo.data.collections import Collection
-from retrieval_zoo.encoding.encoder import Encoder
+from retrieval_zoo.encoding.encoder import BERT_DISCARD, Encoder
 from retrieval_zoo.encoding.tokens import Tokens
-from retrieval_zoo.index.representations import TermEncoder
-from retrieval_zoo.index.term_index import BERT_DISCARD, encoder_term_weights
+from retrieval_zoo.index.term_index import TermWeightsFromParts
 from retrieval_zoo.lexical.delade_vectors import delade_vectors
-from retrieval_zoo.lexical.lucene_bm25 import BM25
 from retrieval_zoo.losses import kl_distillation
 from retrieval_zoo.methods.dense import DenseBiEncoder
 from retrieval_zoo.methods.method import Optim
@@ -31,7 +28,7 @@ from retrieval_zoo.teachers import Teacher, TeacherRef
 from retrieval_zoo.training.datamodule import TrainBatch, required
 
 
-class DeLADE(DenseBiEncoder):
+class DeLADE(TermWeightsFromParts, DenseBiEncoder):
     """DeLADE (``cls_dim=0``) or DeLADE+[CLS], with optional distillation.
 
     Encoded texts are the vectors [ds_BoW ; √λ·[CLS]], so their dot product is the training score of Eq. 13.
@@ -99,7 +96,7 @@ class DeLADE(DenseBiEncoder):
             return frozenset({"texts"})
         return frozenset({"teacher_scores"}) if any(w > 0 for w in self.kd_weights.values()) else frozenset()
 
-    def encode_parts(self, ids: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
+    def term_parts(self, ids: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
         """(N, L) ids and mask → (N, |V|) ds_BoW (Eq. 23) and the (N, cls_dim) projected [CLS] (or None)."""
         out = self.encoder.model(input_ids=ids, attention_mask=mask, output_hidden_states=True)
         hidden = out.hidden_states[-1]
@@ -108,7 +105,7 @@ class DeLADE(DenseBiEncoder):
 
     def fused(self, ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         """[ds_BoW ; √λ·[CLS]]: their dot product is sim_hybrid of Eq. 13. (N, L) → (N, |V| + cls_dim)."""
-        lexical, cls = self.encode_parts(ids, mask)
+        lexical, cls = self.term_parts(ids, mask)
         return lexical if cls is None else torch.cat([lexical, math.sqrt(self.lambda_cls) * cls], dim=1)
 
     def encode_query(self, texts: list[str] | Tokens) -> torch.Tensor:
@@ -184,6 +181,12 @@ class DeLADE(DenseBiEncoder):
         rows = torch.arange(scores.shape[0], device=scores.device)
         return rows * group if scores.shape[1] > group else torch.zeros_like(rows)
 
-    def term_encoder(self, collection: Collection, bm25: BM25) -> TermEncoder:
-        """ds_BoW (Eq. 23) and the projected [CLS] of queries and of the collection's documents, for GIP or sparse."""
-        return encoder_term_weights(self, collection, self.encode_parts, BERT_DISCARD, self.lambda_cls)
+    @property
+    def term_discard(self) -> int:
+        """BERT's leading ids, which are never a term: dropped before densification (§4.2)."""
+        return BERT_DISCARD
+
+    @property
+    def cls_weight(self) -> float:
+        """λ of Eq. 13, with which the [CLS] part was trained."""
+        return self.lambda_cls

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from retrieval_zoo.index.representations import (
+        EncodesTermParts,
         OffersCsfBags,
         OffersLexicalSemantic,
         OffersTermWeights,
@@ -32,6 +33,8 @@ if TYPE_CHECKING:
     roc_vectors: type[OffersVectors] = RoC
     delade_term_weights: type[OffersTermWeights] = DeLADE
     delade_vectors: type[OffersVectors] = DeLADE
+    delade_term_parts: type[EncodesTermParts] = DeLADE  # what TermWeightsFromParts reads
     csurf_bags: type[OffersCsfBags] = CSurF
     csurf_term_weights: type[OffersTermWeights] = CSurF
+    csurf_term_parts: type[EncodesTermParts] = CSurF  # what TermWeightsFromParts reads
     dhr_fusion: type[OffersTermWeights] = DhrFusion
