@@ -23,7 +23,7 @@ import torch
 
 from benchmarks.common import composed, header, side_by_side
 from retrieval_zoo.data.collections import embedded
-from retrieval_zoo.index.csf import InvertedLists
+from retrieval_zoo.index.csurf.csf import InvertedLists
 from retrieval_zoo.lexical.csf_bags import PAIR_CHUNK, CsfBags, Postings, max_sum_scores
 
 

@@ -35,7 +35,7 @@ def worker(args: argparse.Namespace) -> None:
     from retrieval_zoo.encoding.backbones import Backbone
     from retrieval_zoo.encoding.corpus import encode_corpus
     from retrieval_zoo.encoding.encoder import Encoder
-    from retrieval_zoo.index.faiss import Faiss
+    from retrieval_zoo.index.vectors.faiss import Faiss
     from retrieval_zoo.methods.dense import DenseBiEncoder
 
     processes = args.processes[0]

@@ -24,9 +24,9 @@ import torch
 from benchmarks.common import composed, header, side_by_side
 from retrieval_zoo.data.collections import embedded
 from retrieval_zoo.evaluation.metrics import evaluate
-from retrieval_zoo.index.faiss import FaissIndex
-from retrieval_zoo.index.gip import Gip
 from retrieval_zoo.index.shards import CorpusShards, ShardEncoder
+from retrieval_zoo.index.terms.gip import Gip
+from retrieval_zoo.index.vectors.faiss import FaissIndex
 from retrieval_zoo.lexical.lucene_bm25 import BM25
 from retrieval_zoo.methods.method import RetrievalMethod
 

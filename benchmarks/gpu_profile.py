@@ -23,7 +23,7 @@ from benchmarks.common import autocast_for, composed, first_batch, header, small
 from benchmarks.host_syncs import train_step
 from benchmarks.recorded_bm25 import bm25_for
 from retrieval_zoo.data.collections import embedded
-from retrieval_zoo.index.csf import InvertedLists
+from retrieval_zoo.index.csurf.csf import InvertedLists
 
 
 def profiled(title: str, run: Callable[[], object], device: torch.device, rows: int) -> None:

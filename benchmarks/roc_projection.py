@@ -19,7 +19,7 @@ from scipy.stats import kendalltau
 from benchmarks.common import header
 from retrieval_zoo.data.collections import embedded
 from retrieval_zoo.evaluation.metrics import evaluate
-from retrieval_zoo.index.faiss import FaissIndex
+from retrieval_zoo.index.vectors.faiss import FaissIndex
 from retrieval_zoo.lexical.lucene_bm25 import BM25
 from retrieval_zoo.lexical.projection import RademacherProjection
 

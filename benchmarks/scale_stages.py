@@ -83,7 +83,7 @@ def corpus_shards(collection: Collection, work: Path):
 
 def stage_shards(collection: Collection, work: Path) -> dict:
     """BM25's document vectors, encoded into shards on disk."""
-    from retrieval_zoo.index.sparse import Sparse
+    from retrieval_zoo.index.terms.sparse import Sparse
 
     model, bm25, shards = term_model(), BM25(collection), corpus_shards(collection, work)
 
@@ -122,7 +122,7 @@ def term_family(name: str):
 
 def stage_faiss(collection: Collection, work: Path) -> dict:
     """A Flat inner-product index of random 768-d vectors, one per document, built shard by shard."""
-    from retrieval_zoo.index.faiss import FaissIndex
+    from retrieval_zoo.index.vectors.faiss import FaissIndex
 
     rng, docids = np.random.default_rng(0), list(collection.corpus)
 

@@ -24,12 +24,12 @@ import torch
 from benchmarks.common import composed, header, side_by_side
 from retrieval_zoo.data.collections import embedded
 from retrieval_zoo.evaluation.metrics import evaluate, top_k_overlap
-from retrieval_zoo.index.bmp import Bmp
-from retrieval_zoo.index.impact import ImpactRetriever, quantize
-from retrieval_zoo.index.lucene_impact import LuceneImpact
-from retrieval_zoo.index.seismic import Seismic
 from retrieval_zoo.index.shards import CorpusShards
-from retrieval_zoo.index.sparse import Sparse, SparseRetriever
+from retrieval_zoo.index.terms.bmp import Bmp
+from retrieval_zoo.index.terms.impact import ImpactRetriever, quantize
+from retrieval_zoo.index.terms.lucene_impact import LuceneImpact
+from retrieval_zoo.index.terms.seismic import Seismic
+from retrieval_zoo.index.terms.sparse import Sparse, SparseRetriever
 from retrieval_zoo.lexical.lucene_bm25 import BM25
 from retrieval_zoo.term_matrix import csr, dense_rows, parts, to_csr
 

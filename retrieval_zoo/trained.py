@@ -2,19 +2,64 @@
 
 from __future__ import annotations
 
+import importlib
+import pkgutil
 from pathlib import Path
 
 import torch
 from hydra.utils import instantiate
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig, ListConfig, OmegaConf
 
 
 def trained_config(run_dir: Path) -> DictConfig:
-    """The resolved config a ``train.py`` run directory saved."""
+    """The resolved config a ``train.py`` run directory saved, its classes found where this version keeps them."""
     path = Path(run_dir) / "run_config.yaml"
     if not path.exists():
         raise FileNotFoundError(f"{path} not found: run_dir must be a train.py output directory")
-    return OmegaConf.load(path)
+    cfg = OmegaConf.load(path)
+    if not isinstance(cfg, DictConfig):
+        raise ValueError(f"{path}: expected a mapping, not a list")
+    relocate_targets(cfg, path)
+    return cfg
+
+
+def relocate_targets(node: DictConfig | ListConfig, path: Path, where: str = "") -> None:
+    """Point each ``_target_`` of a saved config whose module has moved at the one class of that name in the package.
+
+    A run written before a module moved names its old path; the class keeps its name. A target that names no class
+    of the package, or a name two classes share, fails here with the file and the key.
+    """
+    items = node.items_ex(resolve=False) if isinstance(node, DictConfig) else enumerate(node)
+    for key, value in list(items):
+        at = f"{where}.{key}" if where else str(key)
+        if isinstance(value, DictConfig | ListConfig):
+            relocate_targets(value, path, at)
+        elif key == "_target_" and isinstance(value, str) and value.startswith("retrieval_zoo.") and not found(value):
+            module, name = value.rsplit(".", 1)
+            homes = [m for m in package_modules() if isinstance(getattr(m, name, None), type) and
+                     getattr(m, name).__module__ == m.__name__]  # fmt: skip
+            if len(homes) != 1:
+                raise ValueError(f"{path}: {at} = {value}: no such class in this version of retrieval_zoo"
+                                 + (f" (several named {name})" if homes else ""))  # fmt: skip
+            node[key] = f"{homes[0].__name__}.{name}"
+            print(f"[trained] {path}: {at} {value} is now {node[key]}")
+
+
+def found(target: str) -> bool:
+    """Whether ``module.Class`` imports."""
+    module, name = target.rsplit(".", 1)
+    try:
+        return hasattr(importlib.import_module(module), name)
+    except ImportError:
+        return False
+
+
+def package_modules() -> list:
+    """Every module of retrieval_zoo, imported (only when a saved target has moved)."""
+    import retrieval_zoo
+
+    names = [info.name for info in pkgutil.walk_packages(retrieval_zoo.__path__, "retrieval_zoo.")]
+    return [importlib.import_module(name) for name in names if not name.endswith("__main__")]
 
 
 def without_teacher(method: DictConfig) -> DictConfig:

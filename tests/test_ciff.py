@@ -1,5 +1,5 @@
-"""CIFF (retrieval_zoo/index/ciff.py, retrieval_zoo/export/ciff.py): lists worked by hand, read back by ciff-toolkit
-and by BMP's own reader, and the export as a user runs it."""
+"""CIFF (retrieval_zoo/index/terms/ciff.py, retrieval_zoo/export/ciff.py): lists worked by hand, read back by
+ciff-toolkit and by BMP's own reader, and the export as a user runs it."""
 
 import json
 import os
@@ -11,9 +11,9 @@ import numpy as np
 import pytest
 import torch
 
-from retrieval_zoo.index.bmp_engine import ciff_to_bmp
-from retrieval_zoo.index.ciff import import_ciff_toolkit, spill, term_lists, write_ciff
 from retrieval_zoo.index.shards import CorpusShards
+from retrieval_zoo.index.terms.bmp_engine import ciff_to_bmp
+from retrieval_zoo.index.terms.ciff import import_ciff_toolkit, spill, term_lists, write_ciff
 
 REPO = Path(__file__).resolve().parents[1]
 NAMES = {0: "zebra", 1: "apple", 2: "unused", 3: "##s", 4: "b"}

@@ -1,7 +1,7 @@
 import pytest
 import torch
 
-from retrieval_zoo.index.union import HybridRetriever, Union
+from retrieval_zoo.index.vectors.union import HybridRetriever, Union
 from retrieval_zoo.methods.clear import CLEAR
 from retrieval_zoo.training.datamodule import TrainBatch
 from tests.conftest import CLEAR_MARKERS, clear_encoder, float32_rounding

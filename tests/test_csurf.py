@@ -6,8 +6,8 @@ import pytest
 import torch
 
 from retrieval_zoo.encoding.backbones import TinyRandomBackbone
-from retrieval_zoo.index.csf import CsfRetriever
-from retrieval_zoo.index.csf_payload import encode_bags_payload
+from retrieval_zoo.index.csurf.csf import CsfRetriever
+from retrieval_zoo.index.csurf.payload import encode_bags_payload
 from retrieval_zoo.index.shards import CorpusShards
 from retrieval_zoo.lexical.csf_bags import CsfBags, Postings, csf_bags, max_sum_scores
 from retrieval_zoo.lexical.splade import max_pooled_logits

@@ -2,7 +2,7 @@ import pytest
 import torch
 
 import retrieval_zoo
-from retrieval_zoo.index.gip import Gip
+from retrieval_zoo.index.terms.gip import Gip
 from retrieval_zoo.lexical.delade_vectors import (
     _WeightedSoftmaxMax,
     delade_vectors,

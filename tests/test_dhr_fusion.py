@@ -4,8 +4,8 @@ import pytest
 import torch
 
 from retrieval_zoo.evaluation.metrics import evaluate
-from retrieval_zoo.index.fused_terms import bag_rows
-from retrieval_zoo.index.gip import Gip
+from retrieval_zoo.index.terms.fused_terms import bag_rows
+from retrieval_zoo.index.terms.gip import Gip
 from retrieval_zoo.lexical.sparse_rows import SparseRows
 from retrieval_zoo.methods.dense import DenseBiEncoder
 from retrieval_zoo.methods.dhr_fusion import DhrFusion

@@ -2,7 +2,7 @@ import numpy as np
 import pytest
 import torch
 
-from retrieval_zoo.index.dlr import Slicing, densify, gip, hybrid
+from retrieval_zoo.index.terms.dlr import Slicing, densify, gip, hybrid
 
 
 def test_stride_slicing_map_by_hand() -> None:
@@ -95,7 +95,7 @@ def test_gip_and_dhr_by_hand() -> None:
 
 
 def test_explain_reverts_open_gates_to_vocabulary_ids() -> None:
-    from retrieval_zoo.index.dlr import explain
+    from retrieval_zoo.index.terms.dlr import explain
 
     slicing = Slicing(vocab_size=12, slices=4, discard=2, strategy="stride")
     q, d = torch.zeros(12), torch.zeros(12)

@@ -1,7 +1,7 @@
 import numpy as np
 import pytest
 
-from retrieval_zoo.index.gip_search import GipIndex
+from retrieval_zoo.index.terms.gip_search import GipIndex
 from tests.conftest import float32_rounding
 
 

@@ -1,15 +1,15 @@
-"""BMP as an index (retrieval_zoo/index/bmp.py): quantization worked by hand, and bmp 0.2.8's limits kept."""
+"""BMP as an index (retrieval_zoo/index/terms/bmp.py): quantization worked by hand, and bmp 0.2.8's limits kept."""
 
 import sys
 
 import pytest
 import torch
 
-from retrieval_zoo.index import bmp as bmp_index
-from retrieval_zoo.index.bmp import Bmp, BmpRetriever
-from retrieval_zoo.index.bmp_engine import SCORE_LIMIT, query_impacts
-from retrieval_zoo.index.impact import quantize
 from retrieval_zoo.index.shards import CorpusShards
+from retrieval_zoo.index.terms import bmp as bmp_index
+from retrieval_zoo.index.terms.bmp import Bmp, BmpRetriever
+from retrieval_zoo.index.terms.bmp_engine import SCORE_LIMIT, query_impacts
+from retrieval_zoo.index.terms.impact import quantize
 
 VOCAB = 6
 
@@ -143,7 +143,7 @@ def engine_runs(index, tmp_path) -> tuple[dict, dict, object]:
     from benchmarks.sparse_engines import quantized_reference
     from retrieval_zoo.data.collections import embedded
     from retrieval_zoo.evaluation.metrics import evaluate
-    from retrieval_zoo.index.sparse import Sparse
+    from retrieval_zoo.index.terms.sparse import Sparse
     from retrieval_zoo.lexical.lucene_bm25 import BM25
 
     collection, model = embedded("default"), composed("method", "dlr_bm25").eval()

@@ -117,4 +117,4 @@ def test_the_check_sees_an_upward_import(tmp_path: Path) -> None:
     module = tmp_path / "bad.py"
     module.write_text("from retrieval_zoo.methods.method import RetrievalMethod\n")
     (target,) = imports(module)
-    assert layer_of(target) > layer_of("retrieval_zoo.index.faiss")
+    assert layer_of(target) > layer_of("retrieval_zoo.index.vectors.faiss")

@@ -1,9 +1,10 @@
-"""Lucene impact search as an index (retrieval_zoo/index/lucene_impact.py): scores worked by hand, the JVM's engine."""
+"""Lucene impact search as an index (retrieval_zoo/index/terms/lucene_impact.py): scores worked by hand, the JVM's
+engine."""
 
 import pytest
 import torch
 
-from retrieval_zoo.index.lucene_impact import LuceneImpact, LuceneImpactRetriever
+from retrieval_zoo.index.terms.lucene_impact import LuceneImpact, LuceneImpactRetriever
 from tests.test_impact import VOCAB, corpus, engine_runs, query_encoder
 
 

@@ -24,12 +24,12 @@ from omegaconf import OmegaConf
 
 from benchmarks.common import small_bags
 from retrieval_zoo.evaluation.pipeline import check_method_and_index
-from retrieval_zoo.index.bmp import BmpRetriever
-from retrieval_zoo.index.dhr import DhrRetriever
-from retrieval_zoo.index.impact import ImpactRetriever, quantize
 from retrieval_zoo.index.index import compatible
-from retrieval_zoo.index.seismic import SeismicRetriever
 from retrieval_zoo.index.shards import CorpusShards
+from retrieval_zoo.index.terms.bmp import BmpRetriever
+from retrieval_zoo.index.terms.dhr import DhrRetriever
+from retrieval_zoo.index.terms.impact import ImpactRetriever, quantize
+from retrieval_zoo.index.terms.seismic import SeismicRetriever
 from retrieval_zoo.term_matrix import dense_rows
 from retrieval_zoo.training.validation_pool import candidate_pool
 
@@ -94,8 +94,8 @@ def term_scores(model, retriever, tiny, bm25, texts: list[str], payload) -> torc
     encoder = model.term_encoder(tiny, bm25)
     q_lex, q_cls = encoder.encode_queries(texts)
     if isinstance(retriever, DhrRetriever):
-        from retrieval_zoo.index.dhr import densify_parts
-        from retrieval_zoo.index.dlr import gip
+        from retrieval_zoo.index.terms.dhr import densify_parts
+        from retrieval_zoo.index.terms.dlr import gip
 
         lam = retriever.lam
         qv, qi, _ = densify_parts(q_lex, q_cls, retriever.slicing, lam)
@@ -132,7 +132,7 @@ def assert_same_run(found: dict, expected: dict, atol: float) -> None:
 def assert_engine_run(found: dict, expected: dict, every_score: dict) -> None:
     """BMP's run: each document it returns scored exactly (its quantized impacts), 95% of the top K found.
 
-    bmp 0.2.8 never scores the last block its search queues (``retrieval_zoo/index/bmp.py``): on these random,
+    bmp 0.2.8 never scores the last block its search queues (``retrieval_zoo/index/terms/bmp.py``): on these random,
     dense vectors, whose blocks have near-equal bounds, asking for twice k does not always keep that block out of
     the top k.
     """

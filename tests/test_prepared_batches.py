@@ -5,7 +5,7 @@ import os
 import pytest
 import torch
 
-from retrieval_zoo import batching
+from retrieval_zoo.encoding import batching
 from retrieval_zoo.term_matrix import dense_rows
 from tests.conftest import clear_encoder, tiny_encoder
 
@@ -74,9 +74,9 @@ def test_workers_tokenize_typed_queries_and_cached_tokens_are_gathered_in_proces
 ) -> None:
     """With workers (as beside a GPU), typed queries come tokenized by the workers; cached tokens, which need only a
     gather, are gathered in the process (no workers forked for them); the results are equal either way."""
-    from retrieval_zoo.index.dhr import represent
-    from retrieval_zoo.index.dlr import Slicing
-    from retrieval_zoo.index.faiss import Faiss
+    from retrieval_zoo.index.terms.dhr import represent
+    from retrieval_zoo.index.terms.dlr import Slicing
+    from retrieval_zoo.index.vectors.faiss import Faiss
     from retrieval_zoo.methods.dense import DenseBiEncoder
     from retrieval_zoo.methods.dhr_fusion import DhrFusion
 

@@ -2,8 +2,8 @@ import pytest
 import torch
 
 from retrieval_zoo.evaluation.metrics import evaluate
-from retrieval_zoo.index.concatenated import Concatenated
-from retrieval_zoo.index.union import Union
+from retrieval_zoo.index.vectors.concatenated import Concatenated
+from retrieval_zoo.index.vectors.union import Union
 from retrieval_zoo.methods.roc import RoC
 from retrieval_zoo.training.datamodule import TrainBatch
 from tests.conftest import tiny_encoder
@@ -73,7 +73,7 @@ def test_retriever_scores_eq_11_and_sides(tiny, tiny_bm25) -> None:
 
 
 def test_exact_fusion_is_bm25_plus_lambda_cls_over_the_union(tiny, tiny_bm25) -> None:
-    from retrieval_zoo.index.union import HybridRetriever
+    from retrieval_zoo.index.vectors.union import HybridRetriever
 
     model = RoC(tiny_encoder(pooling="cls")).eval()
     index = Union(depth=30, weight=2.0)

@@ -1,12 +1,12 @@
-"""Seismic as an index (retrieval_zoo/index/seismic.py): float weights in, exact when nothing is pruned."""
+"""Seismic as an index (retrieval_zoo/index/terms/seismic.py): float weights in, exact when nothing is pruned."""
 
 import sys
 
 import pytest
 import torch
 
-from retrieval_zoo.index import seismic as seismic_index
-from retrieval_zoo.index.seismic import Seismic, SeismicRetriever
+from retrieval_zoo.index.terms import seismic as seismic_index
+from retrieval_zoo.index.terms.seismic import Seismic, SeismicRetriever
 from tests.test_impact import VOCAB, corpus, query_encoder
 
 EXHAUSTIVE = {"n_postings": 10_000, "query_cut": 1_000, "heap_factor": 1.0, "threads": 1}  # nothing pruned

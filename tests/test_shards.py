@@ -8,9 +8,9 @@ import pytest
 import torch
 
 from retrieval_zoo.encoding.corpus import encode_corpus
-from retrieval_zoo.index.faiss import Faiss
-from retrieval_zoo.index.gip import Gip
 from retrieval_zoo.index.shards import CorpusShards, merge_topk
+from retrieval_zoo.index.terms.gip import Gip
+from retrieval_zoo.index.vectors.faiss import Faiss
 from retrieval_zoo.methods.delade import DeLADE
 from retrieval_zoo.methods.dense import DenseBiEncoder
 from tests.conftest import float32_rounding, tiny_encoder

@@ -3,7 +3,7 @@ import torch
 
 from retrieval_zoo.encoding.encoder import BERT_DISCARD
 from retrieval_zoo.index.shards import CorpusShards
-from retrieval_zoo.index.sparse import Sparse, SparseRetriever
+from retrieval_zoo.index.terms.sparse import Sparse, SparseRetriever
 from retrieval_zoo.methods.delade import DeLADE
 from retrieval_zoo.methods.dense import DenseBiEncoder
 from retrieval_zoo.methods.dhr_fusion import DhrFusion

@@ -53,3 +53,29 @@ def test_no_checkpoint_or_no_recorded_best_is_an_error_naming_the_folder(tmp_pat
     write(folder, "epoch1-step20.ckpt", 20, best="epoch9-step90.ckpt")  # a best that is not there
     with pytest.raises(FileNotFoundError, match=r"epoch1-step20.ckpt: records no best checkpoint among"):
         best_checkpoint(tmp_path)
+
+
+def test_a_saved_config_naming_a_moved_module_finds_its_class_where_it_is_now(tmp_path: Path, capsys) -> None:
+    from omegaconf import OmegaConf
+
+    from retrieval_zoo.trained import trained_config
+
+    saved = {"method": {"_target_": "retrieval_zoo.methods.dense.DenseBiEncoder",
+                        "encoder": {"_target_": "retrieval_zoo.encoder.Encoder"}},  # a run written before the move
+             "index": {"_target_": "retrieval_zoo.index.dense.Faiss"}}  # fmt: skip
+    OmegaConf.save(saved, tmp_path / "run_config.yaml")
+    cfg = trained_config(tmp_path)
+    assert cfg.method._target_ == "retrieval_zoo.methods.dense.DenseBiEncoder"  # unmoved: left as it was
+    assert cfg.method.encoder._target_ == "retrieval_zoo.encoding.encoder.Encoder"
+    assert cfg.index._target_ == "retrieval_zoo.index.vectors.faiss.Faiss"
+    assert "method.encoder._target_ retrieval_zoo.encoder.Encoder is now" in capsys.readouterr().out
+
+
+def test_a_saved_target_that_names_no_class_is_an_error_naming_the_file_and_key(tmp_path: Path) -> None:
+    from omegaconf import OmegaConf
+
+    from retrieval_zoo.trained import trained_config
+
+    OmegaConf.save({"method": {"_target_": "retrieval_zoo.methods.gone.Vanished"}}, tmp_path / "run_config.yaml")
+    with pytest.raises(ValueError, match=r"run_config.yaml: method._target_ = retrieval_zoo.methods.gone.Vanished"):
+        trained_config(tmp_path)

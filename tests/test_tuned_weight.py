@@ -60,7 +60,7 @@ def test_zero_shot_without_a_tuned_weight_tunes_nothing_and_another_index_keeps_
 
 
 def test_tuning_on_a_collection_without_training_queries_says_so(tiny, tiny_bm25, tmp_path) -> None:
-    from retrieval_zoo.index.union import Union
+    from retrieval_zoo.index.vectors.union import Union
     from retrieval_zoo.methods.bm25 import BM25Method
 
     test_only = Collection("beir-like", tiny.corpus, {"test": tiny.queries["dev"]}, {"test": tiny.qrels["dev"]})

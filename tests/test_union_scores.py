@@ -3,8 +3,8 @@
 import numpy as np
 import pytest
 
-from retrieval_zoo.index.faiss import FaissIndex
 from retrieval_zoo.index.fusion import complete, interpolate, union_gaps
+from retrieval_zoo.index.vectors.faiss import FaissIndex
 
 
 def test_union_gaps_and_complete_by_hand() -> None:

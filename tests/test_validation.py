@@ -7,8 +7,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from retrieval_zoo.index.faiss import Faiss
-from retrieval_zoo.index.union import Union
+from retrieval_zoo.index.vectors.faiss import Faiss
+from retrieval_zoo.index.vectors.union import Union
 from retrieval_zoo.training.validation import RetrievalValidation
 
 

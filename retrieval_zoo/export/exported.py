@@ -19,7 +19,7 @@ from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
 from retrieval_zoo.encoding.encoder import Encoder
-from retrieval_zoo.trained import without_teacher
+from retrieval_zoo.trained import trained_config, without_teacher
 
 FORMAT = 1  # bumped when the folder's layout changes: an older folder is refused, naming both
 MANIFEST = "retrieval_zoo.json"
@@ -41,7 +41,7 @@ def manifest(model_dir: Path) -> dict:
     path = Path(model_dir) / MANIFEST
     if not path.exists():
         raise FileNotFoundError(f"{path} not found: model_dir must be a folder written by python -m "
-                                "retrieval_zoo.export.folder")  # fmt: skip
+                                "retrieval_zoo.export")  # fmt: skip
     found = json.loads(path.read_text())
     if found.get("format") != FORMAT:
         raise ValueError(f"{path}: format {found.get('format')}, this retrieval_zoo reads format {FORMAT}: export the "
@@ -75,7 +75,7 @@ def load(model_dir: str | Path, cfg: DictConfig | None = None) -> torch.nn.Modul
     if cfg is not None and str(cfg.get("method_name")) != found["method_name"]:
         raise ValueError(f"{model_dir / MANIFEST} holds method={found['method_name']}, not "
                          f"method={cfg.get('method_name')}")  # fmt: skip
-    method = cfg.method if cfg is not None else OmegaConf.load(model_dir / "run_config.yaml").method
+    method = cfg.method if cfg is not None else trained_config(model_dir).method  # its classes where they are
     model = instantiate(backbones_at(method, model_dir, found["encoders"]))
     from safetensors.torch import load_file
 

@@ -103,7 +103,7 @@ class OffersTermWeights(Represented, Protocol):
 class EncodesTermParts(Encodes, Protocol):
     """A method whose encoder gives each text's term weights over its vocabulary (DeLADE, CSurF).
 
-    What :class:`retrieval_zoo.index.term_index.TermWeightsFromParts` reads to make its :class:`TermEncoder`.
+    What :class:`retrieval_zoo.index.terms.term_index.TermWeightsFromParts` reads to make its :class:`TermEncoder`.
     """
 
     @property

@@ -8,7 +8,7 @@ pairs of w_q·w_d·f(v_q, v_d), f = cosine or dot, or weights alone with |v| = 0
 NLL over BM25 and in-batch negatives (L_ret) and the FLOPS regularisers λ_q·L_reg^q + λ_d·L_reg^d (§3.5), λ warmed
 up quadratically; CSurF_HN adds a KL term to teacher scores over each query's group (L_HN). The model produces
 ``csf_bags``, searched through inverted lists scored exactly as training scores (``index=csf``;
-:mod:`retrieval_zoo.index.csf`), and ``term_weights``: each bag read with |v| = 0, a surface form's largest weight
+:mod:`retrieval_zoo.index.csurf.csf`), and ``term_weights``: each bag read with |v| = 0, a surface form's largest weight
 (:meth:`CsfBags.term_weights`), scored by their inner product, SPLADE's sum where CSurF takes the max-sum over source
 tokens (§3.4), for the term-weight indexes (``index=sparse``, ``bmp``, ``lucene_impact``, ``seismic``, ``gip``) and
 CIFF (``python -m retrieval_zoo.export.ciff``). The vectors are left out: for a model trained with |v| > 0 these are
@@ -26,7 +26,7 @@ from retrieval_zoo.bounds import require_choice
 from retrieval_zoo.distributed import global_mean
 from retrieval_zoo.encoding.encoder import Encoder
 from retrieval_zoo.encoding.tokens import Tokens
-from retrieval_zoo.index.term_index import TermWeightsFromParts
+from retrieval_zoo.index.terms.term_index import TermWeightsFromParts
 from retrieval_zoo.lexical.csf_bags import Bags, CsfBags, Postings, csf_bags, gather_bags, max_sum_scores
 from retrieval_zoo.lexical.splade import max_pooled_logits, mlm_head_parts
 from retrieval_zoo.losses import (

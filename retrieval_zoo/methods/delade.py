@@ -19,7 +19,7 @@ import torch
 
 from retrieval_zoo.encoding.encoder import BERT_DISCARD, Encoder
 from retrieval_zoo.encoding.tokens import Tokens
-from retrieval_zoo.index.term_index import TermWeightsFromParts
+from retrieval_zoo.index.terms.term_index import TermWeightsFromParts
 from retrieval_zoo.lexical.delade_vectors import delade_vectors
 from retrieval_zoo.losses import kl_distillation
 from retrieval_zoo.methods.dense import DenseBiEncoder

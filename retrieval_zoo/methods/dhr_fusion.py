@@ -3,9 +3,9 @@
 Off-the-shelf lexical vectors are densified into DLRs and, when a dense model is given, joined with its vectors into
 DHRs (DLR ⊕ √λ·dense, all-ones gate for the dense part), so BM25 + dense runs as one GIP search instead of Lucene
 plus faiss. The lexical vectors are either BM25's (RoC Eq. 3) or the backbone's own SPLADE vectors (Eq. 20), e.g. the
-embedded SPLADE-tiny's. Nothing is trained. The method is the choice of parts; :mod:`retrieval_zoo.index.fused_terms`
-assembles them into the ``term_weights`` that ``index=gip`` (the default) or ``index=sparse`` (exact) search, whose
-weight grid tunes λ of the dense part.
+embedded SPLADE-tiny's. Nothing is trained. The method is the choice of parts;
+:mod:`retrieval_zoo.index.terms.fused_terms` assembles them into the ``term_weights`` that ``index=gip`` (the default)
+or ``index=sparse`` (exact) search, whose weight grid tunes λ of the dense part.
 """
 
 from __future__ import annotations
@@ -17,8 +17,8 @@ import torch
 from retrieval_zoo.bounds import require_choice
 from retrieval_zoo.data.collections import Collection
 from retrieval_zoo.encoding.encoder import Encoder
-from retrieval_zoo.index.fused_terms import CachedSide, bm25_part, fused_term_encoder, splade_part
 from retrieval_zoo.index.representations import TermEncoder
+from retrieval_zoo.index.terms.fused_terms import CachedSide, bm25_part, fused_term_encoder, splade_part
 from retrieval_zoo.lexical.lucene_bm25 import BM25
 from retrieval_zoo.methods.dense import DenseBiEncoder
 from retrieval_zoo.methods.method import RetrievalMethod

@@ -3,7 +3,7 @@
 Anserini (through pyserini, already a dependency) indexes integer impacts as term frequencies
 (``IndexCollection -collection JsonVectorCollection -impact -pretokenized``) and scores a query of integer
 weights by Σ query impact × document impact (``SimpleImpactSearcher``): exact, with no limit on the sum. A
-``term_weights`` method's lexical vectors become those impacts as :mod:`retrieval_zoo.index.impact` describes:
+``term_weights`` method's lexical vectors become those impacts as :mod:`retrieval_zoo.index.terms.impact` describes:
 documents at ``doc_levels`` (255 by default), queries at ``query_levels`` (1,000: Lucene has no 8-bit cap on them).
 Indexing runs in the JVM worker (:class:`retrieval_zoo.lexical.java.LuceneWorker`) from a JSONL file written shard
 by shard; a document's impacts are its terms' frequencies, so indexing time grows with their sum.
@@ -21,11 +21,11 @@ import torch
 from retrieval_zoo.data.collections import Collection
 from retrieval_zoo.encoding.batching import QueryPrep
 from retrieval_zoo.evaluation.metrics import Measure
-from retrieval_zoo.index.dhr import PartEncoder
-from retrieval_zoo.index.impact import Hits, ImpactRetriever, as_query, document_impacts, quantize
 from retrieval_zoo.index.representations import OffersTermWeights
 from retrieval_zoo.index.shards import CorpusShards
-from retrieval_zoo.index.term_index import DHR_GRID, TermIndex
+from retrieval_zoo.index.terms.dhr import PartEncoder
+from retrieval_zoo.index.terms.impact import Hits, ImpactRetriever, as_query, document_impacts, quantize
+from retrieval_zoo.index.terms.term_index import DHR_GRID, TermIndex
 from retrieval_zoo.lexical import lucene_ops
 from retrieval_zoo.lexical.java import LuceneWorker, indexing_options
 from retrieval_zoo.lexical.lucene_bm25 import BM25, file_sizes

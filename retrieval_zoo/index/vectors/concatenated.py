@@ -18,10 +18,10 @@ from retrieval_zoo.data.formats import Run
 from retrieval_zoo.encoding.batching import Texts, encode_all
 from retrieval_zoo.evaluation.metrics import Measure
 from retrieval_zoo.id_index import IdIndex
-from retrieval_zoo.index.faiss import Faiss, FaissIndex, vectors_payload
 from retrieval_zoo.index.index import TENTHS_TO_TWO, EncodingIndex
 from retrieval_zoo.index.representations import OffersLexicalSemantic
 from retrieval_zoo.index.shards import CorpusShards, Payload, docids_digest
+from retrieval_zoo.index.vectors.faiss import Faiss, FaissIndex, vectors_payload
 from retrieval_zoo.lexical.lucene_bm25 import BM25
 from retrieval_zoo.lexical.projection import RademacherProjection
 from retrieval_zoo.retriever import Retriever

@@ -18,9 +18,9 @@ from tqdm import tqdm
 
 from retrieval_zoo.data.formats import Run
 from retrieval_zoo.encoding.batching import PLAIN_QUERIES, Item, Prepare, QueryPrep, prepared_batches
-from retrieval_zoo.index.dlr import Slicing, densify, explain, hybrid
-from retrieval_zoo.index.gip_search import GipIndex
 from retrieval_zoo.index.shards import CorpusShards, Payload, merge_topk
+from retrieval_zoo.index.terms.dlr import Slicing, densify, explain, hybrid
+from retrieval_zoo.index.terms.gip_search import GipIndex
 from retrieval_zoo.retriever import Retriever
 from retrieval_zoo.term_matrix import row_range
 

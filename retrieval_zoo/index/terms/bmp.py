@@ -3,7 +3,7 @@
 BMP (Block-Max Pruning, Mallia, Suel and Tonellotto, SIGIR 2024; ``bmp`` on PyPI, from the PISA authors) answers
 learned sparse queries with block-max pruning over an 8-bit impact index; with α = β = 1 its top k is exact for the
 impacts it holds. A ``term_weights`` method's lexical vectors become its
-impacts as :mod:`retrieval_zoo.index.impact` describes: documents at 8 bits (BMP's storage), queries at up to 32
+impacts as :mod:`retrieval_zoo.index.terms.impact` describes: documents at 8 bits (BMP's storage), queries at up to 32
 levels (BMP rescales every query to that).
 
 bmp 0.2.8 has limits of its own, which this module works around (tested in ``tests/test_impact.py``):
@@ -27,7 +27,7 @@ bmp 0.2.8 has limits of its own, which this module works around (tested in ``tes
 
 Its 32 query levels reorder near-ties (top-10 overlap with exact search 0.982-0.987 on the embedded collection,
 README). With ``rescore`` (the default), the documents it returns are re-scored with the query's float weights
-against their 8-bit impacts (:class:`~retrieval_zoo.index.forward_impacts.ForwardImpacts`, a forward index on disk
+against their 8-bit impacts (:class:`~retrieval_zoo.index.terms.forward_impacts.ForwardImpacts`, a forward index on disk
 beside BMP's) and the top k kept: the ranking then loses only the documents' quantization.
 """
 
@@ -44,14 +44,14 @@ import torch
 from retrieval_zoo.data.collections import Collection
 from retrieval_zoo.encoding.batching import QueryPrep
 from retrieval_zoo.evaluation.metrics import Measure
-from retrieval_zoo.index.bmp_engine import LEVELS, QUERY_LEVELS, ciff_to_bmp, import_bmp, query_impacts
-from retrieval_zoo.index.ciff import spill, term_lists, write_ciff
-from retrieval_zoo.index.dhr import PartEncoder
-from retrieval_zoo.index.forward_impacts import ForwardImpacts
-from retrieval_zoo.index.impact import Hits, ImpactRetriever, as_query
 from retrieval_zoo.index.representations import OffersTermWeights
 from retrieval_zoo.index.shards import CorpusShards
-from retrieval_zoo.index.term_index import DHR_GRID, TermIndex
+from retrieval_zoo.index.terms.bmp_engine import LEVELS, QUERY_LEVELS, ciff_to_bmp, import_bmp, query_impacts
+from retrieval_zoo.index.terms.ciff import spill, term_lists, write_ciff
+from retrieval_zoo.index.terms.dhr import PartEncoder
+from retrieval_zoo.index.terms.forward_impacts import ForwardImpacts
+from retrieval_zoo.index.terms.impact import Hits, ImpactRetriever, as_query
+from retrieval_zoo.index.terms.term_index import DHR_GRID, TermIndex
 from retrieval_zoo.lexical.lucene_bm25 import BM25
 from retrieval_zoo.term_matrix import each_row
 

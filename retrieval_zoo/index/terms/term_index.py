@@ -1,7 +1,7 @@
 """What the indexes over term weights share: the method's :class:`TermEncoder` and the [CLS] part's fusion weight.
 
-The families: DLR/DHR searched by gated inner product (:mod:`retrieval_zoo.index.gip`), the exact sparse reference
-(:mod:`retrieval_zoo.index.sparse`), and the learned-sparse engines (BMP, Seismic, Lucene impact).
+The families: DLR/DHR searched by gated inner product (:mod:`retrieval_zoo.index.terms.gip`), the exact sparse reference
+(:mod:`retrieval_zoo.index.terms.sparse`), and the learned-sparse engines (BMP, Seismic, Lucene impact).
 
 A method that produces ``term_weights`` hands over a :class:`TermEncoder`: |V|-wide lexical vectors per text, dense
 or sparse CSR (:mod:`retrieval_zoo.term_matrix`: BM25's and SPLADE's are CSR, DeLADE's softmax vectors dense), with

@@ -6,11 +6,11 @@ documents (``centroid_fraction``), and summarises each block by the weights that
 mass. A query keeps its ``query_cut`` highest-weighted terms and skips a block whose summary's score is below
 ``heap_factor`` × the current k-th score. It is approximate by design: the README's benchmark reports its recall of
 the exact top 1,000 beside its latency. Document weights are stored as float16, so a returned score is the inner
-product to about 3 significant digits; no other quantization is applied (unlike :mod:`retrieval_zoo.index.bmp`).
+product to about 3 significant digits; no other quantization is applied (unlike :mod:`retrieval_zoo.index.terms.bmp`).
 
 A ``term_weights`` method's lexical vectors go in as they are (BERT's unused leading ids dropped), shard by shard,
 in CSR batches; terms are named by their vocabulary id. With a [CLS] part, the engine's top ``candidates`` are
-re-ranked as :mod:`retrieval_zoo.index.impact` describes. Vocabularies past 65,535 terms take Seismic's large
+re-ranked as :mod:`retrieval_zoo.index.terms.impact` describes. Vocabularies past 65,535 terms take Seismic's large
 vocabulary variant.
 """
 
@@ -25,11 +25,11 @@ from tqdm import tqdm
 from retrieval_zoo.data.collections import Collection
 from retrieval_zoo.encoding.batching import QueryPrep
 from retrieval_zoo.evaluation.metrics import Measure
-from retrieval_zoo.index.dhr import PartEncoder
-from retrieval_zoo.index.impact import Hits, ImpactRetriever
 from retrieval_zoo.index.representations import OffersTermWeights
 from retrieval_zoo.index.shards import CorpusShards
-from retrieval_zoo.index.term_index import DHR_GRID, TermIndex
+from retrieval_zoo.index.terms.dhr import PartEncoder
+from retrieval_zoo.index.terms.impact import Hits, ImpactRetriever
+from retrieval_zoo.index.terms.term_index import DHR_GRID, TermIndex
 from retrieval_zoo.lexical.lucene_bm25 import BM25
 from retrieval_zoo.term_matrix import columns_from, parts, to_csr
 

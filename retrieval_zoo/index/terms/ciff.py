@@ -3,10 +3,10 @@
 CIFF is the field's interchange format for inverted indexes: a header, one postings list per term (documents as
 gaps from the previous one, each with a term frequency), then one record per document. Learned sparse indexes put
 each posting's integer impact in the frequency field, as Anserini's and PISA's SPLADE exports do, so BMP
-(``bmp.ciff2bmp``, which :mod:`retrieval_zoo.index.bmp` builds its index with), PISA (``ciff2pisa``) and Lucene
+(``bmp.ciff2bmp``, which :mod:`retrieval_zoo.index.terms.bmp` builds its index with), PISA (``ciff2pisa``) and Lucene
 (``lucene-ciff``) index it as they index their own.
 
-The lists come from document-major shards (:func:`retrieval_zoo.index.impact.shard_impacts`): the impacts are
+The lists come from document-major shards (:func:`retrieval_zoo.index.terms.impact.shard_impacts`): the impacts are
 spilled to a folder as arrays, shard by shard, then transposed a range of terms at a time, so that at most
 ``budget`` postings are held at once (each range is one pass over the spilled arrays, read by memory map). Lists
 come out in lexicographic order of their terms, as Lucene's exports have them, each list's documents in corpus
@@ -24,8 +24,8 @@ from typing import Any
 import numpy as np
 from tqdm import tqdm
 
-from retrieval_zoo.index.impact import shard_impacts
 from retrieval_zoo.index.shards import CorpusShards
+from retrieval_zoo.index.terms.impact import shard_impacts
 
 INSTALL = "pip install --no-deps ciff-toolkit==0.2.2 (README, Setup: its pin protobuf<5 predates protobuf 5)"
 LIST_BUDGET = 32_000_000  # postings transposed at once: about 0.6 GB of arrays

@@ -10,11 +10,11 @@ from retrieval_zoo.data.collections import Collection
 from retrieval_zoo.data.formats import Run, top_k
 from retrieval_zoo.encoding.batching import Texts
 from retrieval_zoo.evaluation.metrics import Measure
-from retrieval_zoo.index.faiss import DenseRetriever, Faiss
 from retrieval_zoo.index.fusion import complete, interpolate, union_gaps
 from retrieval_zoo.index.index import TENTHS_TO_TWO, EncodingIndex
 from retrieval_zoo.index.representations import OffersVectors
 from retrieval_zoo.index.shards import CorpusShards, Payload
+from retrieval_zoo.index.vectors.faiss import DenseRetriever, Faiss
 from retrieval_zoo.lexical.lucene_bm25 import BM25
 from retrieval_zoo.retriever import Retriever
 
@@ -31,7 +31,7 @@ class HybridRetriever(Retriever):
     only is scored on the other side too: BM25(q, d) by a Lucene search filtered to those documents, the dense score
     by an inner product with its stored vector. With ``"floor"``, it takes the other side's lowest score for the
     query instead (a document outside a top-k list scores at most its k-th score): no second scoring pass, and a
-    different ranking. Same interface as :class:`~retrieval_zoo.index.concatenated.ConcatenatedRetriever`.
+    different ranking. Same interface as :class:`~retrieval_zoo.index.vectors.concatenated.ConcatenatedRetriever`.
 
     Args:
         bm25: The lexical side.

@@ -1,7 +1,7 @@
 """DLR/DHR vectors searched by gated inner product (delade-dhr.md §3.1–3.4; ``conf/index/gip.yaml``).
 
-The method's term weights (:mod:`retrieval_zoo.index.term_index`) are densified into DLRs and, with a [CLS] part,
-DHRs (Eq. 4–16), searched in two stages (Eq. 18) by :class:`retrieval_zoo.index.dhr.DhrRetriever`.
+The method's term weights (:mod:`retrieval_zoo.index.terms.term_index`) are densified into DLRs and, with a [CLS] part,
+DHRs (Eq. 4–16), searched in two stages (Eq. 18) by :class:`retrieval_zoo.index.terms.dhr.DhrRetriever`.
 """
 
 from __future__ import annotations
@@ -9,11 +9,11 @@ from __future__ import annotations
 from retrieval_zoo.bounds import require_choice
 from retrieval_zoo.data.collections import Collection
 from retrieval_zoo.evaluation.metrics import Measure
-from retrieval_zoo.index.dhr import DhrRetriever
-from retrieval_zoo.index.dlr import Slicing, SlicingStrategy
 from retrieval_zoo.index.representations import OffersTermWeights
 from retrieval_zoo.index.shards import CorpusShards
-from retrieval_zoo.index.term_index import DHR_GRID, TermIndex
+from retrieval_zoo.index.terms.dhr import DhrRetriever
+from retrieval_zoo.index.terms.dlr import Slicing, SlicingStrategy
+from retrieval_zoo.index.terms.term_index import DHR_GRID, TermIndex
 from retrieval_zoo.lexical.lucene_bm25 import BM25
 
 

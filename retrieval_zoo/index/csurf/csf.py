@@ -24,7 +24,7 @@ import torch
 from retrieval_zoo.data.collections import Collection
 from retrieval_zoo.data.formats import Run
 from retrieval_zoo.encoding.batching import PLAIN_QUERIES, QueryPrep, Texts, prepared_batches
-from retrieval_zoo.index.csf_payload import (
+from retrieval_zoo.index.csurf.payload import (
     BagEncoder,
     VectorDtype,
     bags_to,
@@ -33,7 +33,6 @@ from retrieval_zoo.index.csf_payload import (
     storage_dtype,
     token_counts,
 )
-from retrieval_zoo.index.gip_search import default_device
 from retrieval_zoo.index.index import EncodingIndex
 from retrieval_zoo.index.process_shards import (
     ShardedSearch,
@@ -49,6 +48,7 @@ from retrieval_zoo.index.process_shards import (
 )
 from retrieval_zoo.index.representations import OffersCsfBags
 from retrieval_zoo.index.shards import CorpusShards, Payload
+from retrieval_zoo.index.terms.gip_search import default_device
 from retrieval_zoo.lexical.csf_bags import CsfBags, Postings, max_sum_scores, search_pair_chunk
 from retrieval_zoo.lexical.lucene_bm25 import BM25
 from retrieval_zoo.retriever import Retriever

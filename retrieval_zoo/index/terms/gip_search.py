@@ -12,8 +12,8 @@ import torch
 from tqdm import tqdm
 
 from retrieval_zoo.data.formats import Run
-from retrieval_zoo.index.dlr import gip
-from retrieval_zoo.index.faiss import FaissIndex
+from retrieval_zoo.index.terms.dlr import gip
+from retrieval_zoo.index.vectors.faiss import FaissIndex
 
 FIRST_STAGES = ("approximate_gip", "inner_product")
 

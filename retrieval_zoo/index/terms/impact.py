@@ -23,8 +23,8 @@ from tqdm import tqdm
 
 from retrieval_zoo.data.formats import Run
 from retrieval_zoo.encoding.batching import QueryPrep, encode_payload
-from retrieval_zoo.index.dhr import PartEncoder, PartSearch
 from retrieval_zoo.index.shards import CorpusShards
+from retrieval_zoo.index.terms.dhr import PartEncoder, PartSearch
 from retrieval_zoo.term_matrix import column_max, columns_from, entry_rows, offsets_of, parts, to_csr
 
 Hits = tuple[np.ndarray, np.ndarray]  # one query's rows and scores, best first

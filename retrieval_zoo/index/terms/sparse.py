@@ -4,7 +4,7 @@ delade-dhr.md compares each DLR/DHR with the sparse retrieval it replaces (Table
 |V|-dimensional lexical vectors are kept as one matrix (sparse CSR, or dense where that is smaller) and scored
 exactly, <q_BoW, d_BoW>, beside an optional [CLS] part added as λ·<q_cls, d_cls>: the exact fused score the model
 trains on (Eq. 13). The same ``search(part=) / side / nbytes`` interface as
-:class:`retrieval_zoo.index.dhr.DhrRetriever`; ``index=sparse`` selects it (:class:`Sparse`).
+:class:`retrieval_zoo.index.terms.dhr.DhrRetriever`; ``index=sparse`` selects it (:class:`Sparse`).
 """
 
 from __future__ import annotations
@@ -14,11 +14,11 @@ import torch
 from retrieval_zoo.data.collections import Collection
 from retrieval_zoo.data.formats import Run
 from retrieval_zoo.encoding.batching import PLAIN_QUERIES, QueryPrep, encode_payload
-from retrieval_zoo.index.dhr import PartEncoder, PartSearch
-from retrieval_zoo.index.gip_search import default_device
 from retrieval_zoo.index.representations import OffersTermWeights
 from retrieval_zoo.index.shards import CorpusShards
-from retrieval_zoo.index.term_index import TermIndex
+from retrieval_zoo.index.terms.dhr import PartEncoder, PartSearch
+from retrieval_zoo.index.terms.gip_search import default_device
+from retrieval_zoo.index.terms.term_index import TermIndex
 from retrieval_zoo.lexical.lucene_bm25 import BM25
 from retrieval_zoo.term_matrix import cat_rows, columns_from, dense_rows, is_csr, nbytes, nonzeros, row_range, to_csr
 

@@ -1,4 +1,4 @@
-"""bmp 0.2.8 as :mod:`retrieval_zoo.index.bmp` calls it.
+"""bmp 0.2.8 as :mod:`retrieval_zoo.index.terms.bmp` calls it.
 
 The install check, its CIFF reader in a child process, and queries' impacts kept within its 16-bit scores; that
 module's docstring says why each is needed.
@@ -13,7 +13,7 @@ from typing import Any
 
 import torch
 
-from retrieval_zoo.index.impact import quantize
+from retrieval_zoo.index.terms.impact import quantize
 
 LEVELS = 255  # BMP stores 8-bit document impacts
 QUERY_LEVELS = 32  # and rescales each query so that its largest weight is 32 (bmp 0.2.8's MAX_TERM_WEIGHT)
