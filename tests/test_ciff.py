@@ -1,4 +1,4 @@
-"""CIFF (retrieval_zoo/index/terms/ciff.py, retrieval_zoo/export/ciff.py): lists worked by hand, read back by
+"""CIFF (retrieval_zoo/index/terms/ciff_format.py, retrieval_zoo/export/ciff.py): lists worked by hand, read back by
 ciff-toolkit and by BMP's own reader, and the export as a user runs it."""
 
 import json
@@ -13,7 +13,7 @@ import torch
 
 from retrieval_zoo.index.shards import CorpusShards
 from retrieval_zoo.index.terms.bmp_engine import ciff_to_bmp
-from retrieval_zoo.index.terms.ciff import import_ciff_toolkit, spill, term_lists, write_ciff
+from retrieval_zoo.index.terms.ciff_format import import_ciff_toolkit, spill, term_lists, write_ciff
 
 REPO = Path(__file__).resolve().parents[1]
 NAMES = {0: "zebra", 1: "apple", 2: "unused", 3: "##s", 4: "b"}

@@ -32,7 +32,9 @@ def test_clear_and_its_ablations_compose_and_run(tiny_dir: Path, tmp_path: Path)
         assert roc["k"] == 10 and roc["D-S"] + roc["D∩S"] == roc["D"] and 0 <= roc["RoC"] <= 1
         assert (job / "roc.dev.png").exists()
         tuning = results["tuning"]
-        assert tuning["queries"] == 10 and len(tuning["curve"]) == 10 and tuning["parameter"] == "lexical_weight"
+        extended = (tuning["extended"] or {}).get("values", [])  # past the grid's edge when its best lay there
+        assert tuning["queries"] == 10 and len(tuning["curve"]) == 10 + len(extended)
+        assert tuning["parameter"] == "lexical_weight"
         assert str(tuning["value"]) in tuning["curve"] and tuning["measure"] == "MRR@10"
         assert (job / "run.dev.semantic.trec").exists()
         # The margin's distribution went to wandb as a histogram (the offline run's log holds it).
@@ -47,7 +49,8 @@ def test_clear_and_its_ablations_compose_and_run(tiny_dir: Path, tmp_path: Path)
     grid = "index.weight_grid=[0.5,1.0,2.0]"
     run_app("evaluate.py", f"run_dir={jobs[0]}", "method=clear", grid, f"hydra.run.dir={again}")
     retuned = json.loads((again / "results.json").read_text())
-    assert retuned["tuning"]["queries"] == 10 and set(retuned["tuning"]["curve"]) == {"0.5", "1.0", "2.0"}
+    extended = {str(v) for v in (retuned["tuning"]["extended"] or {}).get("values", [])}
+    assert retuned["tuning"]["queries"] == 10 and set(retuned["tuning"]["curve"]) == {"0.5", "1.0", "2.0"} | extended
     assert retuned["k"] == 100  # the run's evaluation settings carry over
     # Without a tuning option, evaluate.py uses the lambda_test the run tuned: the run's numbers, tuned once.
     reused = tmp_path / "reused"

@@ -53,7 +53,8 @@ def reuse_tuned_weight(trained: DictConfig, run_dir: Path, trained_index: str, o
     """Evaluate with the fusion weight the run tuned (``results.json``'s ``tuning``), without tuning it again.
 
     ``trained`` is the run's config with the command line applied. The command line tunes again with
-    ``eval.tune_queries=N`` (N > 0) or ``index.weight_grid=[...]``, and sets a weight with ``index.weight=W``. Other
+    ``eval.tune_queries=N`` (N > 0), ``index.weight_grid=[...]`` or ``index.extend_grid=...``, and sets a
+    weight with ``index.weight=W``. Other
     index settings (``index.slices=256``) and method settings (``method.lexical_scale=lucene``) are tuned again as the
     run's config says, unless ``eval.tune_queries=0`` asks for the run's weight; another index than the run's keeps its
     own weight. On another collection
@@ -61,7 +62,7 @@ def reuse_tuned_weight(trained: DictConfig, run_dir: Path, trained_index: str, o
     """
     keys = override_keys(overrides)
     asked = trained.eval.tune_queries if "eval.tune_queries" in keys else None
-    if "index.weight_grid" in keys or "index.weight" in keys or (asked or 0) > 0:
+    if keys & {"index.weight_grid", "index.extend_grid", "index.weight"} or (asked or 0) > 0:
         return
     if gives(overrides, "dataset"):
         trained.eval.tune_queries = 0

@@ -9,7 +9,7 @@ relevant document are not evaluated (MS MARCO's convention).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping
 from typing import Literal
 
 import pytrec_eval
@@ -51,54 +51,6 @@ def evaluate(run: Run, qrels: Qrels, measures: Mapping[str, str] = MEASURES) -> 
     if not judged(qrels):
         raise ValueError("qrels have no query with a relevant document")
     return {name: sum(v.values()) / len(v) for name, v in per_query(run, qrels, measures).items()}
-
-
-def grid_search(
-    run_for: Callable[[float], Run], grid: Sequence[float], qrels: Qrels, measure: str
-) -> tuple[float, dict[float, float]]:
-    """Pick the grid value whose run scores best on ``measure`` (a name of :data:`MEASURES`); ties go to the smaller.
-
-    Args:
-        run_for: value → the run retrieved with it.
-        grid: Values to try.
-        qrels: Judgments of the tuning queries (only those are averaged over).
-        measure: What is maximised.
-
-    Returns:
-        The chosen value, and the whole curve (value → measure).
-    """
-    curve = {float(v): evaluate(run_for(float(v)), qrels, {measure: MEASURES[measure]})[measure] for v in grid}
-    return max(curve, key=lambda v: (curve[v], -v)), curve
-
-
-def tuning_record(parameter: str, value: float, measure: str, curve: dict[float, float], queries: int) -> dict:
-    """What a method's ``tune`` returns, as results.json and the loggers read it."""
-    return {"parameter": parameter, "value": value, "measure": measure, "curve": curve, "queries": queries}
-
-
-def tune_weight(
-    retriever: object,
-    queries: dict[str, str],
-    qrels: Qrels,
-    grid: Sequence[float],
-    measure: str,
-    parameter: str,
-    depth: int = 1000,
-) -> dict:
-    """Grid-search a hybrid retriever's fusion weight on held-out queries, set it, and return the tuning record.
-
-    Args:
-        retriever: Has ``search(queries, k, weight=...)`` and a ``weight`` attribute (the hybrid retrievers).
-        queries: The held-out queries.
-        qrels: Their judgments.
-        grid: Weights to try.
-        measure: What is maximised (a name of :data:`MEASURES`).
-        parameter: The weight's name in the record (``lambda_test``, ``lambda_sem``, ...).
-        depth: Retrieval depth of each tried run.
-    """
-    best, curve = grid_search(lambda value: retriever.search(queries, depth, weight=value), grid, qrels, measure)
-    retriever.weight = best
-    return tuning_record(parameter, best, measure, curve, len(queries))
 
 
 def format_table(results: Mapping[str, Mapping[str, float]], title: str = "system") -> str:

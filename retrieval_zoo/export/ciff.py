@@ -8,7 +8,7 @@ fusions' BM25 or SPLADE source vectors, CSurF's bags read with |v| = 0). Writes 
 
 - ``index.ciff`` (``gzip=true``: ``index.ciff.gz``): the corpus's lexical vectors as integer impacts, 0 to
   ``levels`` by one scale for the corpus (:mod:`retrieval_zoo.index.terms.impact`), terms named by the vocabulary's
-  strings, documents by the collection's ids (:mod:`retrieval_zoo.index.terms.ciff`). BMP's ``ciff2bmp``, PISA's
+  strings, documents by the collection's ids (:mod:`retrieval_zoo.index.terms.ciff_format`). BMP's ``ciff2bmp``, PISA's
   ``ciff2pisa`` and ``lucene-ciff`` read it.
 - ``queries.<split>.jsonl``: each query of the evaluation split as ``{"id": ..., "vector": {term: impact}}``, 0 to
   ``query_levels`` by the query's own scale (which changes no ranking), as Anserini's impact searcher takes them.
@@ -35,7 +35,7 @@ from retrieval_zoo.encoding.batching import encode_payload
 from retrieval_zoo.evaluation.pipeline import build_collection_and_bm25, encode_for_index
 from retrieval_zoo.index.representations import TermEncoder
 from retrieval_zoo.index.shards import CorpusShards
-from retrieval_zoo.index.terms.ciff import spill, term_lists, write_ciff
+from retrieval_zoo.index.terms.ciff_format import spill, term_lists, write_ciff
 from retrieval_zoo.index.terms.impact import quantize, scan
 from retrieval_zoo.index.terms.sparse import Sparse
 from retrieval_zoo.methods.method import RetrievalMethod

@@ -6,7 +6,8 @@ method (:mod:`retrieval_zoo.index.representations`: ``vectors``, ``term_weights`
 ``lexical_semantic``, ``bm25``), so the reads across the boundary are typed and a type checker holds them to it.
 
 An index that fuses two parts has a retrieval-time weight: :meth:`Index.tune` grid-searches it on held-out queries
-with :func:`retrieval_zoo.evaluation.metrics.tune_weight`, one function for every fused index.
+with :func:`retrieval_zoo.evaluation.tuning.tune_weight`, one function for every fused index, which goes past the
+grid's edge where the best value lies (``extend_grid``).
 """
 
 from __future__ import annotations
@@ -18,7 +19,8 @@ from retrieval_zoo.data.collections import Collection
 from retrieval_zoo.data.corpus_store import corpus_ids
 from retrieval_zoo.data.formats import Qrels
 from retrieval_zoo.encoding.batching import Texts
-from retrieval_zoo.evaluation.metrics import Measure, tune_weight
+from retrieval_zoo.evaluation.metrics import Measure
+from retrieval_zoo.evaluation.tuning import tune_weight
 from retrieval_zoo.index.representations import Encodes
 from retrieval_zoo.index.shards import CorpusShards, Payload, ShardEncoder
 from retrieval_zoo.lexical.lucene_bm25 import BM25
@@ -36,14 +38,19 @@ class Index(Generic[M]):
         weight_grid: Values of the fusion weight tried when evaluation tunes it (``eval.tune_queries`` > 0); empty
             for an index with nothing to fuse.
         tune_measure: What tuning maximises (a name of :data:`retrieval_zoo.evaluation.metrics.MEASURES`).
+        extend_grid: Tuning goes past the grid's edge where the best value lies
+            (:mod:`retrieval_zoo.evaluation.tuning`); False keeps to the grid (a paper's protocol).
     """
 
     accepts: ClassVar[tuple[str, ...]] = ()
     on_demand_shard: ClassVar[int | None] = None  # documents encoded at once when no shards are given (None: all)
 
-    def __init__(self, weight_grid: tuple[float, ...] = (), tune_measure: Measure = "MRR@10") -> None:
+    def __init__(
+        self, weight_grid: tuple[float, ...] = (), tune_measure: Measure = "MRR@10", extend_grid: bool = True
+    ) -> None:
         require_choice("tune_measure", tune_measure, Measure)
         self.weight_grid, self.tune_measure = tuple(float(v) for v in weight_grid), tune_measure
+        self.extend_grid = extend_grid
 
     def representation(self, method: Represented) -> str:
         """The representation of ``method`` this index searches: the first it accepts among the method's."""
@@ -97,7 +104,7 @@ class Index(Generic[M]):
         if not self.weight_grid or retriever.weight_name is None:
             return {}
         return tune_weight(retriever, queries, qrels, self.weight_grid, self.tune_measure, retriever.weight_name,
-                           retriever.depth)  # fmt: skip
+                           retriever.depth, self.extend_grid)  # fmt: skip
 
 
 class EncodingIndex(Index[E]):

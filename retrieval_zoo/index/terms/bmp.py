@@ -47,7 +47,7 @@ from retrieval_zoo.evaluation.metrics import Measure
 from retrieval_zoo.index.representations import OffersTermWeights
 from retrieval_zoo.index.shards import CorpusShards
 from retrieval_zoo.index.terms.bmp_engine import LEVELS, QUERY_LEVELS, ciff_to_bmp, import_bmp, query_impacts
-from retrieval_zoo.index.terms.ciff import spill, term_lists, write_ciff
+from retrieval_zoo.index.terms.ciff_format import spill, term_lists, write_ciff
 from retrieval_zoo.index.terms.dhr import PartEncoder
 from retrieval_zoo.index.terms.forward_impacts import ForwardImpacts
 from retrieval_zoo.index.terms.impact import Hits, ImpactRetriever, as_query
@@ -177,14 +177,16 @@ class Bmp(TermIndex):
         weight: λ of the [CLS] part at indexing; null takes the method's.
         weight_grid: λ values tried when evaluation tunes.
         tune_measure: What tuning maximises.
+        extend_grid: Go past the grid's edge where the best value lies (False: the grid only).
     """
 
     def __init__(
         self, candidates: int = 1000, oversample: int = 2, block_size: int = 32, alpha: float = 1.0, beta: float = 1.0,
         rescore: bool = True, weight: float | None = None, weight_grid: tuple[float, ...] = DHR_GRID,
         tune_measure: Measure = "MRR@10",
+        extend_grid: bool = True,
     ) -> None:  # fmt: skip
-        super().__init__(weight, weight_grid, tune_measure)
+        super().__init__(weight, weight_grid, tune_measure, extend_grid)
         import_bmp()  # when the config is read: a missing engine fails at once, before anything is encoded
         if not (0 < alpha <= 1 and 0 < beta <= 1):
             raise ValueError(f"index.alpha and index.beta must be in (0, 1], not {alpha} and {beta}")

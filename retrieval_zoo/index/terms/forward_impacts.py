@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import scipy.sparse
 
-from retrieval_zoo.index.terms.ciff import SpilledImpacts
+from retrieval_zoo.index.terms.ciff_format import SpilledImpacts
 
 NAMES = ("offsets", "terms", "impacts")
 

@@ -29,6 +29,7 @@ class Gip(TermIndex):
         weight: λ of the [CLS] part at indexing; null takes the method's.
         weight_grid: λ values tried when evaluation tunes.
         tune_measure: What tuning maximises.
+        extend_grid: Go past the grid's edge where the best value lies (False: the grid only).
     """
 
     def __init__(
@@ -41,8 +42,9 @@ class Gip(TermIndex):
         weight: float | None = None,
         weight_grid: tuple[float, ...] = DHR_GRID,
         tune_measure: Measure = "MRR@10",
+        extend_grid: bool = True,
     ) -> None:
-        super().__init__(weight, weight_grid, tune_measure)
+        super().__init__(weight, weight_grid, tune_measure, extend_grid)
         if slices < 1:
             raise ValueError(f"index.slices must be at least 1, not {slices} (index=sparse searches exactly)")
         require_choice("index.slicing", slicing, SlicingStrategy)

@@ -113,13 +113,15 @@ class LuceneImpact(TermIndex):
         weight: λ of the [CLS] part at indexing; null takes the method's.
         weight_grid: λ values tried when evaluation tunes.
         tune_measure: What tuning maximises.
+        extend_grid: Go past the grid's edge where the best value lies (False: the grid only).
     """
 
     def __init__(
         self, doc_levels: int = 255, query_levels: int = 1000, candidates: int = 1000, threads: int | None = None,
         weight: float | None = None, weight_grid: tuple[float, ...] = DHR_GRID, tune_measure: Measure = "MRR@10",
+        extend_grid: bool = True,
     ) -> None:  # fmt: skip
-        super().__init__(weight, weight_grid, tune_measure)
+        super().__init__(weight, weight_grid, tune_measure, extend_grid)
         if doc_levels < 1 or query_levels < 1:
             raise ValueError(f"index.doc_levels and index.query_levels must be at least 1, not {doc_levels}, "
                              f"{query_levels}")  # fmt: skip

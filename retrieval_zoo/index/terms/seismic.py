@@ -143,6 +143,7 @@ class Seismic(TermIndex):
         weight: λ of the [CLS] part at indexing; null takes the method's.
         weight_grid: λ values tried when evaluation tunes.
         tune_measure: What tuning maximises.
+        extend_grid: Go past the grid's edge where the best value lies (False: the grid only).
     """
 
     def __init__(
@@ -150,8 +151,9 @@ class Seismic(TermIndex):
         query_cut: int = 10, heap_factor: float = 0.7, max_doc_terms: int = 2048, candidates: int = 1000,
         threads: int = 0, weight: float | None = None, weight_grid: tuple[float, ...] = DHR_GRID,
         tune_measure: Measure = "MRR@10",
+        extend_grid: bool = True,
     ) -> None:  # fmt: skip
-        super().__init__(weight, weight_grid, tune_measure)
+        super().__init__(weight, weight_grid, tune_measure, extend_grid)
         import_seismic()  # when the config is read: a missing engine fails at once, before anything is encoded
         if not (0 < centroid_fraction <= 1 and 0 < summary_energy <= 1 and 0 < heap_factor <= 1):
             raise ValueError("index.centroid_fraction, index.summary_energy and index.heap_factor must be in (0, 1], "

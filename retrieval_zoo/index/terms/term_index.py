@@ -75,15 +75,20 @@ class TermIndex(Index[OffersTermWeights]):
         weight: λ of the [CLS] part at indexing; null takes the λ the method trained with.
         weight_grid: λ values tried when evaluation tunes (``eval.tune_queries`` > 0).
         tune_measure: What tuning maximises (§5.2: MRR@10).
+        extend_grid: Go past the grid's edge where the best value lies (False: the grid only).
     """
 
     accepts: ClassVar[tuple[str, ...]] = ("term_weights",)
     on_demand_shard: ClassVar[int | None] = ON_DEMAND_SHARD
 
     def __init__(
-        self, weight: float | None = None, weight_grid: tuple[float, ...] = DHR_GRID, tune_measure: Measure = "MRR@10"
+        self,
+        weight: float | None = None,
+        weight_grid: tuple[float, ...] = DHR_GRID,
+        tune_measure: Measure = "MRR@10",
+        extend_grid: bool = True,
     ) -> None:
-        super().__init__(weight_grid, tune_measure)
+        super().__init__(weight_grid, tune_measure, extend_grid)
         self.weight = weight
 
     def doc_encoder(self, method: OffersTermWeights, collection: Collection, bm25: BM25) -> ShardEncoder:

@@ -108,6 +108,7 @@ class Concatenated(EncodingIndex[OffersLexicalSemantic]):
         weight: λ until tuning replaces it.
         weight_grid: λ values tried when evaluation tunes (RoC §4.1: [0, 2] by 0.1).
         tune_measure: What tuning maximises (RoC: MAP).
+        extend_grid: Go past the grid's edge where the best value lies (False: the grid only).
         factory: faiss factory string.
     """
 
@@ -118,9 +119,10 @@ class Concatenated(EncodingIndex[OffersLexicalSemantic]):
         weight: float = 1.0,
         weight_grid: tuple[float, ...] = TENTHS_TO_TWO,
         tune_measure: Measure = "MAP@1000",
+        extend_grid: bool = True,
         factory: str = "Flat",
     ) -> None:
-        super().__init__(weight_grid, tune_measure)
+        super().__init__(weight_grid, tune_measure, extend_grid)
         self.weight, self.faiss = weight, Faiss(factory)
 
     def corpus_payload(self, method: OffersLexicalSemantic, texts: Texts) -> Payload:

@@ -112,6 +112,7 @@ class Union(EncodingIndex[OffersVectors]):
         weight: λ until tuning replaces it.
         weight_grid: λ values tried when evaluation tunes (``eval.tune_queries`` > 0).
         tune_measure: What tuning maximises.
+        extend_grid: Go past the grid's edge where the best value lies (False: the grid only).
         depth: Candidates taken from each side.
         factory: faiss factory string of the dense side.
         union_scores: ``exact`` (each side scores every document of the union, the papers' fusion) or ``floor``
@@ -126,11 +127,12 @@ class Union(EncodingIndex[OffersVectors]):
         weight: float = 1.0,
         weight_grid: tuple[float, ...] = TENTHS_TO_TWO,
         tune_measure: Measure = "MAP@1000",
+        extend_grid: bool = True,
         depth: int = 1000,
         factory: str = "Flat",
         union_scores: UnionScores = "exact",
     ) -> None:
-        super().__init__(weight_grid, tune_measure)
+        super().__init__(weight_grid, tune_measure, extend_grid)
         require_choice("weighted", weighted, Part)
         require_choice("union_scores", union_scores, UnionScores)
         self.weighted, self.weight, self.depth, self.union_scores = weighted, weight, depth, union_scores
