@@ -137,7 +137,12 @@ def test_tuning_averages_over_the_held_out_queries_only(tiny, tiny_bm25, tmp_pat
     model = CLEAR(clear_encoder()).eval()
     index = Union(weighted="lexical", weight_grid=(0.9,), tune_measure="MRR@10", depth=50)
     evaluate_method(model, index, tiny, tiny_bm25, "dev", 20, tmp_path, "clear", tune_queries=10)
-    tuning = json.loads((tmp_path / "results.json").read_text())["tuning"]
+    results = json.loads((tmp_path / "results.json").read_text())
+    tuning = results["tuning"]
     assert tuning["queries"] == 10
+    metrics, below = results["metrics"], results["below_best_part"]  # the guard over every measure of the fusion
+    for measure, value in metrics["clear"].items():
+        best = max(metrics["clear (lexical)"][measure], metrics["clear (semantic)"][measure])
+        assert (measure in below) == (value < best), measure
     # Averaged over all 120 training queries instead, the MRR could not exceed 10/120.
     assert tuning["curve"]["0.9"] > 0.5

@@ -43,3 +43,18 @@ def test_moved_queries_rank_the_relevant_documents_shifts() -> None:
         ("c", "up", 4, 1), ("a", "up", 3, 1), ("d", "down", 1, 4), ("b", "down", 1, 2),
     ]  # fmt: skip
     assert rows[1]["query"] == "query a" and rows[2]["shift"] == -3
+
+
+def test_a_hybrid_below_its_best_part_is_named_per_measure() -> None:
+    from retrieval_zoo.evaluation.complementarity import below_best_part
+
+    metrics = {
+        "clear": {"MRR@10": 0.72, "R@100": 0.97},
+        "clear (lexical)": {"MRR@10": 0.78, "R@100": 0.95},
+        "clear (semantic)": {"MRR@10": 0.47, "R@100": 0.96},
+    }
+    assert below_best_part(metrics, "clear", ["lexical", "semantic"]) == {
+        "MRR@10": {"hybrid": 0.72, "part": "clear (lexical)", "value": 0.78}  # R@100 holds up: 0.97 ≥ 0.96
+    }
+    metrics["clear"]["MRR@10"] = 0.78  # a tie is not below
+    assert below_best_part(metrics, "clear", ["lexical", "semantic"]) == {}

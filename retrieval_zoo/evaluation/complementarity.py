@@ -102,3 +102,24 @@ def moved_queries(baseline: Run, system: Run, qrels: Qrels, queries: dict[str, s
     up = [dict(row, direction="up") for row in rows[:count] if row["shift"] > 0]
     down = [dict(row, direction="down") for row in reversed(rows[-count:]) if row["shift"] < 0]
     return up + down
+
+
+def below_best_part(metrics: dict[str, dict[str, float]], system: str, parts: list[str]) -> dict[str, dict]:
+    """The measures on which a hybrid scores below its best part alone: a fusion that loses to one of its own sides.
+
+    Args:
+        metrics: System → measure → value, with the hybrid ``system`` and each part as ``<system> (<part>)``.
+        system: The hybrid's row.
+        parts: Its parts' names.
+
+    Returns:
+        Measure → ``hybrid`` (its value), ``part`` (the best part's row) and ``value`` (that part's), for each measure
+        where the hybrid is lower; empty when it holds up on every measure.
+    """
+    rows = [f"{system} ({part})" for part in parts]
+    found = {}
+    for measure, value in metrics[system].items():
+        best = max(rows, key=lambda row: metrics[row][measure])
+        if value < metrics[best][measure]:
+            found[measure] = {"hybrid": value, "part": best, "value": metrics[best][measure]}
+    return found

@@ -17,7 +17,7 @@ import torch
 from retrieval_zoo.cache import atomic_path, write_json
 from retrieval_zoo.data.collections import Collection
 from retrieval_zoo.data.formats import Qrels, Run, as_written, write_run
-from retrieval_zoo.evaluation.complementarity import complementarity, moved_queries, venn_figure
+from retrieval_zoo.evaluation.complementarity import below_best_part, complementarity, moved_queries, venn_figure
 from retrieval_zoo.evaluation.metrics import evaluate, format_table
 from retrieval_zoo.index.index import Index
 from retrieval_zoo.index.process_shards import split_over_processes
@@ -144,6 +144,10 @@ def report(
         summary["efficiency"] = efficiency
         print(f"{system} efficiency: " + ", ".join(f"{key} {value:.4g}" for key, value in efficiency.items()))
     if searched.parts:
+        below = summary["below_best_part"] = below_best_part(metrics, system, list(searched.parts))
+        for measure, found in below.items():  # a fusion that loses to one of its own sides is worth a look
+            print(f"[warning] {system} is below its part {found['part']} on {measure}: {found['hybrid']:.4f} < "
+                  f"{found['value']:.4f} (the tuned weight, its grid, or the parts' scales)")  # fmt: skip
         lexical, semantic = searched.parts.values()
         stats = summary["complementarity"] = complementarity(lexical, semantic, queries.qrels, roc_k)
         title = f"{system} ({' vs '.join(searched.parts)})"
