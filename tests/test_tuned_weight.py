@@ -66,3 +66,18 @@ def test_tuning_on_a_collection_without_training_queries_says_so(tiny, tiny_bm25
     test_only = Collection("beir-like", tiny.corpus, {"test": tiny.queries["dev"]}, {"test": tiny.qrels["dev"]})
     with pytest.raises(ValueError, match="eval.tune_queries=10: beir-like has no judged 'train' queries"):
         evaluate_method(BM25Method(), Union(), test_only, tiny_bm25, "test", 10, tmp_path, "x", tune_queries=10)
+
+
+def test_tuning_holds_out_a_share_of_the_training_queries_capped_and_refuses_to_empty_training(tiny) -> None:
+    from dataclasses import replace
+
+    from retrieval_zoo.data.collections import MIN_TRAINING_QUERIES
+
+    judged = sorted(tiny.judged_queries(tiny.train_split))  # 120
+    assert tiny.tuning_count(0) == 0 and tiny.tuning_count(5) == 5  # under the share: the cap
+    assert tiny.tuning_count(500) == len(judged) // 10  # 10% of them, not 500 (which would leave none to train on)
+    assert tiny.tuning_qids(500) == judged[-(len(judged) // 10) :]
+    few = dict(list(tiny.qrels["train"].items())[:MIN_TRAINING_QUERIES])
+    small = replace(tiny, qrels={**tiny.qrels, "train": few})
+    with pytest.raises(ValueError, match=rf"has {MIN_TRAINING_QUERIES} judged 'train' queries; holding out 5 \(10%\)"):
+        small.tuning_count(500)

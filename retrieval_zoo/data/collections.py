@@ -27,6 +27,10 @@ from retrieval_zoo.data.formats import (
 EMBEDDED_ROOT = Path(str(resources.files("retrieval_zoo") / "embedded"))
 
 
+TUNING_SHARE = 0.1  # of the judged training queries, held out to tune fusion weights on (at most eval.tune_queries)
+MIN_TRAINING_QUERIES = 50  # tuning never leaves fewer judged training queries than this to train on
+
+
 @dataclass
 class Collection:
     """A validated retrieval collection.
@@ -81,9 +85,28 @@ class Collection:
         queries = self.queries[split]
         return {qid: queries[qid] for qid, judged in self.qrels[split].items() if any(r > 0 for r in judged.values())}
 
-    def tuning_qids(self, n: int) -> list[str]:
-        """A fixed slice of ``n`` judged training queries held out from training, to tune fusion weights on."""
-        return sorted(self.judged_queries(self.train_split))[-n:] if n > 0 else []
+    def tuning_count(self, cap: int) -> int:
+        """How many judged training queries are held out to tune fusion weights on: a share of them, at most ``cap``.
+
+        :data:`TUNING_SHARE` of the judged training queries, at most ``cap`` (``eval.tune_queries``; 0: none), so a
+        small collection is not emptied for tuning; never leaving fewer than :data:`MIN_TRAINING_QUERIES` to train on.
+        """
+        if cap <= 0:
+            return 0
+        judged = len(self.judged_queries(self.train_split))
+        count = min(cap, int(TUNING_SHARE * judged))
+        if judged - count < MIN_TRAINING_QUERIES or count == 0:
+            raise ValueError(
+                f"eval.tune_queries={cap}: {self.name!r} has {judged:,} judged {self.train_split!r} queries; holding "
+                f"out {count:,} ({TUNING_SHARE:.0%}) to tune on would leave {judged - count:,}, and training needs "
+                f"{MIN_TRAINING_QUERIES}: set eval.tune_queries=0 and the fusion weight with index.weight=W"
+            )
+        return count
+
+    def tuning_qids(self, cap: int) -> list[str]:
+        """A fixed slice of judged training queries held out from training, to tune fusion weights on."""
+        count = self.tuning_count(cap)
+        return sorted(self.judged_queries(self.train_split))[-count:] if count > 0 else []
 
 
 def check_ids(path: str | Path, table: Qrels | Run, queries: Mapping[str, str], corpus: Mapping[str, str]) -> None:

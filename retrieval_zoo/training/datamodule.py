@@ -25,7 +25,7 @@ from torch.utils.data import DataLoader
 
 from retrieval_zoo.bounds import NonNegative, Positive
 from retrieval_zoo.cache import fingerprint
-from retrieval_zoo.data.collections import Collection
+from retrieval_zoo.data.collections import TUNING_SHARE, Collection
 from retrieval_zoo.data.corpus_store import corpus_ids
 from retrieval_zoo.data.doc_rows import RankedRows
 from retrieval_zoo.data.ranked_rows import cached_ranked_rows
@@ -170,6 +170,11 @@ class TriplesDataModule(L.LightningDataModule):
         split = self.collection.train_split
         qrels = self.collection.qrels[split]
         held_out = set(self.collection.tuning_qids(self.holdout_queries))
+        if held_out:
+            judged = len(self.collection.judged_queries(split))
+            cap = self.holdout_queries
+            print(f"[data] {len(held_out):,} of {judged:,} judged {split} queries held out to tune fusion weights "
+                  f"on ({TUNING_SHARE:.0%}, at most eval.tune_queries={cap}); trained on the rest")  # fmt: skip
         queries = {q: t for q, t in self.collection.judged_queries(split).items() if q not in held_out}
         self.train_qids = sorted(queries)
         unjudged = len(self.collection.queries[split]) - len(queries) - len(held_out)
