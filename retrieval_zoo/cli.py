@@ -25,6 +25,7 @@ from retrieval_zoo.loggers import finish, log_results
 from retrieval_zoo.resume import AtomicCheckpointIO, exit_code_on_sigterm, find_checkpoint
 from retrieval_zoo.run_output import logged_job
 from retrieval_zoo.trained import load_trained, trained_config
+from retrieval_zoo.training.progress import StepBudget
 
 CONFIGS = "pkg://retrieval_zoo.conf"
 
@@ -67,7 +68,7 @@ def train_and_evaluate(cfg: DictConfig, out_dir: Path) -> dict[str, dict[str, fl
             steps = instantiate(cfg.checkpoint_steps, dirpath=str(out_dir / "checkpoints"))
             extra = [instantiate(callback) for callback in cfg.callbacks.values()]
             validation = instantiate(cfg.validation, index=index, bm25=bm25)
-            callbacks = [validation, checkpoint, steps, *extra]
+            callbacks = [validation, checkpoint, steps, StepBudget(), *extra]
             if cfg.trainer.enable_progress_bar:  # a bar in a terminal, lines in a file
                 callbacks.append(instantiate(cfg.progress))
             trainer = make_trainer(logger=logger, callbacks=callbacks, plugins=[AtomicCheckpointIO()])

@@ -268,3 +268,27 @@ def test_workers_auto_is_none_on_cpus_and_bad_values_fail_at_construction(tiny, 
     for bad in ("many", -1, 1.5):
         with pytest.raises(ValueError, match="data.num_workers must be 'auto' or a number"):
             TriplesDataModule(tiny, tiny_bm25, num_workers=bad)
+
+
+def test_without_a_validation_split_validation_holds_out_training_queries(tiny, tiny_bm25, capsys) -> None:
+    from dataclasses import replace
+
+    no_dev = replace(tiny, qrels={"train": tiny.qrels["train"]})  # a BEIR-like collection: train and test only
+    dm = TriplesDataModule(no_dev, tiny_bm25, batch_size=8, epochs=1, seed=3, val_queries=20, holdout_queries=10)
+    assert "has no 'dev' judgements: validating on 20 judged 'train' queries" in capsys.readouterr().out
+    dm.setup("fit")
+    judged = sorted(tiny.judged_queries("train"))  # 120: the last 10 tuned on (at most 10), the 20 before validated
+    assert dm.val_split == "train" and dm.val_qids == judged[-30:-10]
+    assert not set(dm.train_qids) & set(judged[-30:]) and len(dm.train_qids) == 90
+
+
+def test_a_step_budget_the_epochs_cannot_reach_is_said_at_the_start(capsys) -> None:
+    from types import SimpleNamespace
+
+    from retrieval_zoo.training.progress import StepBudget, shortfall
+
+    assert shortfall(120, 1, 23) and not shortfall(120, 1, 120) and not shortfall(-1, 1, 23)
+    assert not shortfall(120, -1, 120)  # epochs unbounded: the steps decide
+    trainer = SimpleNamespace(max_steps=120, max_epochs=1, estimated_stepping_batches=23)
+    StepBudget().on_train_start(trainer, None)
+    assert "trainer.max_steps=120 will not be reached: trainer.max_epochs=1 give 23 steps" in capsys.readouterr().out

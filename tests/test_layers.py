@@ -35,7 +35,13 @@ LAYERS = [  # lowest first; a module may import from its own layer and the ones 
     ("collections", {"data"}),  # collection and run files: reading, writing, checking
     (
         "measures",
-        {"evaluation.metrics", "training.validation_metrics", "evaluation.complementarity", "evaluation.compare"},
+        {
+            "evaluation.metrics",
+            "evaluation.tuning",
+            "training.validation_metrics",
+            "evaluation.complementarity",
+            "evaluation.compare",
+        },
     ),
     ("retrieval contract", {"retriever"}),  # what evaluation may ask of any retriever
     ("lexical", {"lexical"}),  # Lucene BM25, term vectors, CSFs

@@ -103,6 +103,23 @@ class Collection:
             )
         return count
 
+    def validation_qids(self, count: int, tuning_cap: int) -> list[str]:
+        """``count`` judged training queries held out from training to validate on (no validation split).
+
+        The slice just before the tuning one (:meth:`tuning_qids`), never leaving fewer than
+        :data:`MIN_TRAINING_QUERIES` to train on.
+        """
+        judged = sorted(self.judged_queries(self.train_split))
+        tuning = self.tuning_count(tuning_cap)
+        if len(judged) - tuning - count < MIN_TRAINING_QUERIES:
+            raise ValueError(
+                f"data.val_queries={count}: {self.name!r} has no validation split and {len(judged):,} judged "
+                f"{self.train_split!r} queries; holding out {count:,} to validate on (and {tuning:,} to tune on) would "
+                f"leave {len(judged) - tuning - count:,} to train on, fewer than {MIN_TRAINING_QUERIES}: lower "
+                "data.val_queries or name a split with data.val_split"
+            )
+        return judged[len(judged) - tuning - count : len(judged) - tuning]
+
     def tuning_qids(self, cap: int) -> list[str]:
         """A fixed slice of judged training queries held out from training, to tune fusion weights on."""
         count = self.tuning_count(cap)

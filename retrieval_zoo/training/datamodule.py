@@ -38,6 +38,7 @@ from retrieval_zoo.training.lookups import PairTable, precompute_fields, restric
 from retrieval_zoo.training.negatives import GroupSampling, ShardedEpochSampler, judged_positives, negative_pool
 
 FIELDS = frozenset({"bm25_scores", "bm25_vectors", "teacher_scores", "texts"})
+VALIDATION_HOLDOUT = 300  # training queries validated on without a validation split (data.val_queries: null)
 
 
 T = TypeVar("T")
@@ -157,6 +158,13 @@ class TriplesDataModule(L.LightningDataModule):
         self.batch_size, self.n_negatives, self.seed, self.epochs = batch_size, n_negatives, seed, epochs
         self.negatives_run, self.negative_depth, self.random_negatives = negatives_run, negative_depth, random_negatives
         self.teacher_run, self.val_split, self.val_queries = teacher_run, val_split, val_queries
+        self.val_held_out: list[str] = []  # training queries validated on, where the collection has no val_split
+        if val_split not in collection.qrels:  # decided before any BM25 search or tokenization
+            self.val_held_out = collection.validation_qids(val_queries or VALIDATION_HOLDOUT, holdout_queries)
+            print(f"[data] {collection.name} has no {val_split!r} judgements: validating on {len(self.val_held_out):,} "
+                  f"judged {collection.train_split!r} queries held out of training (data.val_split names another "
+                  f"split; the evaluation split only if named)")  # fmt: skip
+            self.val_split = collection.train_split
         self.num_workers, self.holdout_queries, self.tokenizer = num_workers, holdout_queries, tokenizer
         self.term_keys, self.term_rows = term_keys, None
         self.sampling: GroupSampling | None = None
@@ -169,7 +177,7 @@ class TriplesDataModule(L.LightningDataModule):
             return
         split = self.collection.train_split
         qrels = self.collection.qrels[split]
-        held_out = set(self.collection.tuning_qids(self.holdout_queries))
+        held_out = set(self.collection.tuning_qids(self.holdout_queries)) | set(self.val_held_out)
         if held_out:
             judged = len(self.collection.judged_queries(split))
             cap = self.holdout_queries
@@ -227,8 +235,11 @@ class TriplesDataModule(L.LightningDataModule):
             content = fingerprint(sorted(all_queries.items()))  # the queries' own text: a few MB, hashed in a blink
             self.query_cache = TokenCache.build(all_queries, self.tokenizer, "query", content)
         self.term_rows = self.tables.pop("term_rows", None)
-        val_queries = self.collection.judged_queries(self.val_split)
-        self.val_qids = sorted(val_queries)[: self.val_queries] if self.val_queries else sorted(val_queries)
+        if self.val_held_out:
+            self.val_qids = self.val_held_out
+        else:
+            val_queries = self.collection.judged_queries(self.val_split)
+            self.val_qids = sorted(val_queries)[: self.val_queries] if self.val_queries else sorted(val_queries)
         self.val_numbers = {qid: number for number, qid in enumerate(self.val_qids)}  # the metrics' query index
 
     def _read_rows(self, path: str, qids: list[str], docs: IdIndex, depth: int | None) -> RankedRows:

@@ -85,3 +85,23 @@ class LineProgress(ProgressBar):
 def _short(value: object) -> str:
     """A metric as a progress line shows it: floats to 4 significant digits."""
     return f"{value:.4g}" if isinstance(value, float) else str(value)
+
+
+class StepBudget(L.Callback):
+    """Says at the start of training when ``trainer.max_steps`` cannot be reached within ``trainer.max_epochs``.
+
+    A recipe counts its length in optimizer steps (CSurF: 120) with an epoch limit that its own collection never
+    reaches; on a smaller collection the epochs run out first, and training would stop early without a word.
+    """
+
+    def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        """Compare the step budget with the steps the epochs give on this data."""
+        if shortfall(trainer.max_steps, trainer.max_epochs, int(trainer.estimated_stepping_batches)):
+            print(f"[train] warning: trainer.max_steps={trainer.max_steps} will not be reached: "
+                  f"trainer.max_epochs={trainer.max_epochs} give {int(trainer.estimated_stepping_batches):,} steps on "
+                  "this data; raise trainer.max_epochs (or set it to -1 to count in steps alone)")  # fmt: skip
+
+
+def shortfall(max_steps: int | None, max_epochs: int | None, steps: int) -> bool:
+    """Whether a positive step budget exceeds the ``steps`` that ``max_epochs`` (positive) give."""
+    return bool(max_steps and max_steps > 0 and max_epochs and max_epochs > 0 and steps < max_steps)
