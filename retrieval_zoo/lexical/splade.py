@@ -18,6 +18,8 @@ a reduction that also tracks indices costs several times a plain one, and as muc
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import torch
 from transformers import PreTrainedModel
 
@@ -99,13 +101,22 @@ def chunk_of(weight: torch.Tensor, start: int, chunk: int, x: torch.Tensor) -> t
     return weight[start : start + chunk].to(x.dtype).T.expand(x.shape[0], -1, -1)
 
 
-def pooled_maxima(x: torch.Tensor, weight: torch.Tensor, pool_mask: torch.Tensor, chunk: int) -> torch.Tensor:
-    """(B, L, H) inputs, (V, H) weights, (B, L) pool mask → (B, V) max_i ⟨x_i, W_v⟩, no positions kept."""
+def projected_chunks(
+    x: torch.Tensor, weight: torch.Tensor, pool_mask: torch.Tensor, chunk: int
+) -> Iterator[torch.Tensor]:
+    """Each vocabulary chunk's (B, L, chunk) products ⟨x_i, W_v⟩, −inf at positions not pooled.
+
+    (B, L, H) inputs, (V, H) weights and a (B, L) pool mask; computed in the dtype the product runs in.
+    """
     x = x.to(compute_dtype(x))
     padding = padding_bias(pool_mask, x.dtype)
-    parts = [torch.baddbmm(padding, x, chunk_of(weight, start, chunk, x)).amax(dim=1)
-             for start in range(0, weight.shape[0], chunk)]  # fmt: skip
-    return torch.cat(parts, dim=1)
+    for start in range(0, weight.shape[0], chunk):
+        yield torch.baddbmm(padding, x, chunk_of(weight, start, chunk, x))
+
+
+def pooled_maxima(x: torch.Tensor, weight: torch.Tensor, pool_mask: torch.Tensor, chunk: int) -> torch.Tensor:
+    """(B, L, H) inputs, (V, H) weights, (B, L) pool mask → (B, V) max_i ⟨x_i, W_v⟩, no positions kept."""
+    return torch.cat([products.amax(dim=1) for products in projected_chunks(x, weight, pool_mask, chunk)], dim=1)
 
 
 class _PooledProjection(torch.autograd.Function):
@@ -119,11 +130,9 @@ class _PooledProjection(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, x: torch.Tensor, weight: torch.Tensor, pool_mask: torch.Tensor, chunk: int):  # noqa: ANN001, ANN205
-        product = x.to(compute_dtype(x))
-        padding = padding_bias(pool_mask, product.dtype)
         maxima, positions = [], []
-        for start in range(0, weight.shape[0], chunk):
-            values, argmax = torch.baddbmm(padding, product, chunk_of(weight, start, chunk, product)).max(dim=1)
+        for products in projected_chunks(x, weight, pool_mask, chunk):
+            values, argmax = products.max(dim=1)
             maxima.append(values)
             positions.append(argmax)
         argmax = torch.cat(positions, dim=1)
