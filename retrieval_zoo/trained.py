@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib
 import pkgutil
+from functools import cache
 from pathlib import Path
 
 import torch
@@ -35,7 +36,7 @@ def relocate_targets(node: DictConfig | ListConfig, path: Path, where: str = "")
         if isinstance(value, DictConfig | ListConfig):
             relocate_targets(value, path, at)
         elif key == "_target_" and isinstance(value, str) and value.startswith("retrieval_zoo.") and not found(value):
-            module, name = value.rsplit(".", 1)
+            name = value.rsplit(".", 1)[1]
             homes = [m for m in package_modules() if isinstance(getattr(m, name, None), type) and
                      getattr(m, name).__module__ == m.__name__]  # fmt: skip
             if len(homes) != 1:
@@ -54,8 +55,9 @@ def found(target: str) -> bool:
         return False
 
 
+@cache
 def package_modules() -> list:
-    """Every module of retrieval_zoo, imported (only when a saved target has moved)."""
+    """Every module of retrieval_zoo, imported once (only when a saved target has moved)."""
     import retrieval_zoo
 
     names = [info.name for info in pkgutil.walk_packages(retrieval_zoo.__path__, "retrieval_zoo.")]
