@@ -107,8 +107,8 @@ def log_results(logger: Logger | bool, summary: dict, out_dir: Path | None = Non
         logger: The run's logger (False: nothing to log to).
         summary: What :func:`retrieval_zoo.evaluation.stages.evaluate_method` returns; its ``tuning`` may hold
             the tuned ``parameter``, its ``value`` and its ``curve``
-            (:func:`retrieval_zoo.evaluation.metrics.tuning_record`), and, for a hybrid, its ``complementarity`` and
-            figure.
+            (:func:`~retrieval_zoo.evaluation.tuning.tuning_record`), and, for a hybrid, its ``complementarity``
+            and figure.
         out_dir: The run's directory: with ``log_artifacts``, its TREC runs and results.json become an artifact.
     """
     if not logger:

@@ -1,8 +1,7 @@
 """Compare systems on the same queries: a table, paired significance tests, and per-query wins and losses.
 
     python -m retrieval_zoo.evaluation.compare outputs/<clear_run> outputs/<roc_run>/run.dev.trec --bm25 --out report/
-    python -m retrieval_zoo.evaluation.compare a.trec b.trec --qrels qrels.dev.tsv --measures MRR@10 nDCG@10
-    --bonferroni
+    python -m retrieval_zoo.evaluation.compare a.trec b.trec --qrels qrels.dev.tsv --measures MRR@10 --bonferroni
 
 Each system is a TREC run file, or a ``train.py`` / ``evaluate.py`` output directory (its ``run.<split>.trec``;
 ``--bm25`` adds the first directory's BM25 run as the baseline). The qrels come from ``--qrels`` or from the first

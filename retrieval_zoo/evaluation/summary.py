@@ -1,7 +1,6 @@
 """Summarise runs over seeds: mean ± std of each system's metrics, grouped by configuration.
 
-    python -m retrieval_zoo.evaluation.summary /tmp/runs/sweep_a /tmp/runs/sweep_b [--measures MRR@10 R@100] [--csv
-    sweep.csv]
+    python -m retrieval_zoo.evaluation.summary /tmp/runs/sweep_a /tmp/runs/sweep_b [--measures MRR@10] [--csv s.csv]
 
 Every directory holding a ``results.json`` (a ``train.py`` or ``evaluate.py`` job) below the given paths is one run.
 Runs are grouped by their command-line overrides with ``seed`` left out, so the seeds of one configuration form one

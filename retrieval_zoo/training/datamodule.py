@@ -120,8 +120,7 @@ class TriplesDataModule(L.LightningDataModule):
         holdout_queries: Judged training queries kept out of training (:meth:`Collection.tuning_qids`), on which
             evaluation tunes fusion weights such as CLEAR's λ_test.
         tokenizer: The method's :class:`~retrieval_zoo.encoding.tokens.TextTokenizer` (``train.py`` passes it): batches
-        carry
-            tokens from the token caches; None leaves the texts for the method to tokenize.
+            carry tokens from the token caches; None leaves the texts for the method to tokenize.
         term_keys: Terms → their keys (RoC's projection hashes them; ``train.py`` passes ``method.term_keys()``):
             the BM25 vectors are then stored as CSR arrays once and batches carry them as tensors, not dicts.
     """
@@ -177,13 +176,14 @@ class TriplesDataModule(L.LightningDataModule):
             return
         split = self.collection.train_split
         qrels = self.collection.qrels[split]
-        held_out = set(self.collection.tuning_qids(self.holdout_queries)) | set(self.val_held_out)
-        if held_out:
-            judged = len(self.collection.judged_queries(split))
+        judged = self.collection.judged_queries(split)
+        tuning = self.collection.tuning_qids(self.holdout_queries)
+        if tuning:
             cap = self.holdout_queries
-            print(f"[data] {len(held_out):,} of {judged:,} judged {split} queries held out to tune fusion weights "
+            print(f"[data] {len(tuning):,} of {len(judged):,} judged {split} queries held out to tune fusion weights "
                   f"on ({TUNING_SHARE:.0%}, at most eval.tune_queries={cap}); trained on the rest")  # fmt: skip
-        queries = {q: t for q, t in self.collection.judged_queries(split).items() if q not in held_out}
+        held_out = set(tuning) | set(self.val_held_out)
+        queries = {q: t for q, t in judged.items() if q not in held_out}
         self.train_qids = sorted(queries)
         unjudged = len(self.collection.queries[split]) - len(queries) - len(held_out)
         if unjudged:

@@ -70,7 +70,7 @@ def represent(
         desc: Progress-bar label.
         lengths: The items' lengths in tokens, which order the batches (default: characters).
         prepare: Makes a batch of texts ready for ``encode`` ahead
-        (:class:`~retrieval_zoo.encoding.batching.QueryPrep`).
+            (:class:`~retrieval_zoo.encoding.batching.QueryPrep`).
 
     Returns:
         (n, M [+ c]) float16 values, (n, M [+ c]) indices, and the number of [CLS] dimensions c.
