@@ -12,15 +12,23 @@ Usage (after ``apt-get -o Acquire::Languages=en update``)::
 from __future__ import annotations
 
 import argparse
-import gzip
 import hashlib
 import json
 import re
 import subprocess
-from collections import Counter, defaultdict
+from collections import Counter
 from collections.abc import Iterator
-from dataclasses import dataclass, field
 from pathlib import Path
+
+from tools.collection_build import (
+    Document,
+    assign_splits,
+    clean,
+    components,
+    content_ids,
+    write_manifest,
+    write_variant,
+)
 
 APT_LISTS = Path("/var/lib/apt/lists")
 DEFAULT_PACKAGES = APT_LISTS / "deb.debian.org_debian_dists_bookworm_main_binary-amd64_Packages.lz4"
@@ -56,23 +64,10 @@ def stanzas(text: str) -> Iterator[dict[str, str]]:
             yield fields
 
 
-def clean(text: str) -> str:
-    """Collapse whitespace so that text is safe in one TSV field."""
-    return " ".join(text.split())
-
-
 def long_description(description_en: str) -> str:
     """The long part of a ``Description-en`` field: continuation lines, with ' .' paragraph marks removed."""
     lines = description_en.split("\n")[1:]
     return clean(" ".join("" if line.strip() == "." else line.strip() for line in lines))
-
-
-@dataclass
-class Document:
-    """One document and the synopses (queries) of the packages that share it."""
-
-    text: str
-    synopses: set[str] = field(default_factory=set)
 
 
 def group_documents(packages_text: str, translations_text: str) -> list[Document]:
@@ -87,7 +82,7 @@ def group_documents(packages_text: str, translations_text: str) -> list[Document
         text = long_by_md5.get(md5 or "")
         if not text or not synopsis:
             continue
-        docs.setdefault(text, Document(text)).synopses.add(synopsis)
+        docs.setdefault(text, Document(text)).queries.add(synopsis)
     return list(docs.values())
 
 
@@ -96,89 +91,32 @@ def drop_boilerplate(docs: list[Document]) -> tuple[list[Document], dict[str, in
     removed: Counter[str] = Counter()
     kept = []
     for doc in docs:
-        if BOILERPLATE.search(doc.text) or any(BOILERPLATE.search(s) for s in doc.synopses):
+        if BOILERPLATE.search(doc.text) or any(BOILERPLATE.search(s) for s in doc.queries):
             removed["transitional_or_dummy"] += 1
             continue
         if len(doc.text.split()) < MIN_DOC_WORDS:
             removed[f"shorter_than_{MIN_DOC_WORDS}_words"] += 1
             continue
-        doc.synopses = {s for s in doc.synopses if len(s.split()) >= MIN_QUERY_WORDS}
-        if not doc.synopses:
+        doc.queries = {s for s in doc.queries if len(s.split()) >= MIN_QUERY_WORDS}
+        if not doc.queries:
             removed[f"no_query_of_{MIN_QUERY_WORDS}_words"] += 1
             continue
         kept.append(doc)
     return kept, dict(removed)
 
 
-def sha(text: str) -> str:
-    """Hex SHA-256 of a string, the deterministic sort key of the build."""
-    return hashlib.sha256(text.encode()).hexdigest()
-
-
-def components(docs: list[Document]) -> list[list[int]]:
-    """Groups of document indices linked by a shared query text, in a content-defined order."""
-    parent = list(range(len(docs)))
-
-    def find(i: int) -> int:
-        while parent[i] != i:
-            parent[i] = parent[parent[i]]
-            i = parent[i]
-        return i
-
-    first_doc_of_query: dict[str, int] = {}
-    for i, doc in enumerate(docs):
-        for s in doc.synopses:
-            j = first_doc_of_query.setdefault(s, i)
-            parent[find(i)] = find(j)
-    groups: dict[int, list[int]] = defaultdict(list)
-    for i in range(len(docs)):
-        groups[find(i)].append(i)
-    return sorted(groups.values(), key=lambda g: min(sha(docs[i].text) for i in g))
-
-
-def write_gz(path: Path, lines: list[str]) -> None:
-    """Write lines to a gzip file with a fixed mtime so the bytes are reproducible."""
-    with open(path, "wb") as raw, gzip.GzipFile(fileobj=raw, mode="wb", mtime=0, filename="") as gz:
-        gz.write("".join(line + "\n" for line in lines).encode())
-
-
-def write_variant(
-    out: Path, docs: list[Document], doc_ids: list[int], dev: set[int], pid: dict[int, int], qid: dict[str, int]
-) -> dict[str, int]:
-    """Write one variant in MS MARCO layout; document and query ids are shared by all variants."""
-    out.mkdir(parents=True, exist_ok=True)
-    write_gz(out / "collection.tsv.gz", [f"{pid[i]}\t{docs[i].text}" for i in sorted(doc_ids, key=pid.get)])
-    counts = {"documents": len(doc_ids)}
-    for split in ("train", "dev"):
-        rel: dict[str, set[int]] = defaultdict(set)
-        for i in doc_ids:
-            if (i in dev) == (split == "dev"):
-                for s in docs[i].synopses:
-                    rel[s].add(pid[i])
-        texts = sorted(rel, key=qid.get)
-        write_gz(out / f"queries.{split}.tsv.gz", [f"{qid[t]}\t{t}" for t in texts])
-        write_gz(out / f"qrels.{split}.tsv.gz", [f"{qid[t]}\t0\t{p}\t1" for t in texts for p in sorted(rel[t])])
-        counts[f"queries_{split}"] = len(texts)
-        counts[f"qrels_{split}"] = sum(len(v) for v in rel.values())
-    return counts
-
-
 def build(packages: Path, translations: Path, out: Path) -> dict:
     """Build both variants under ``out`` and return the manifest (counts, cleaning, input hashes)."""
     packages_text, translations_text = read_text(packages), read_text(translations)
     docs, removed = drop_boilerplate(group_documents(packages_text, translations_text))
-    order = sorted(range(len(docs)), key=lambda i: sha(docs[i].text))
-    pid = {i: rank for rank, i in enumerate(order)}
-    qid = {t: rank for rank, t in enumerate(sorted({s for d in docs for s in d.synopses}, key=sha))}
-    dev: set[int] = set()
+    pid, qid = content_ids(docs)
+    groups = components(docs)
+    split_of = assign_splits(docs, groups, {"dev": DEV_QUERIES})
     default: list[int] = []
-    n_dev_queries = 0
-    for group in components(docs):
-        if n_dev_queries < DEV_QUERIES:
-            dev.update(group)
-            n_dev_queries += len({s for i in group for s in docs[i].synopses})
+    for group in groups:
         if len(default) < DEFAULT_DOCS:
             default.extend(group)
+    splits = ("train", "dev")
     manifest = {
         "source": "Debian bookworm main: binary-amd64 Packages + i18n Translation-en",
         "inputs_sha256": {
@@ -187,15 +125,11 @@ def build(packages: Path, translations: Path, out: Path) -> dict:
         },
         "removed_by_rule": removed,
         "variants": {
-            "full": write_variant(out / "full", docs, list(range(len(docs))), dev, pid, qid),
-            "default": write_variant(out / "default", docs, default, dev, pid, qid),
+            "full": write_variant(out / "full", docs, list(range(len(docs))), split_of, splits, pid, qid),
+            "default": write_variant(out / "default", docs, default, split_of, splits, pid, qid),
         },
     }
-    manifest["outputs_sha256"] = {
-        str(p.relative_to(out)): hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(out.rglob("*.gz"))
-    }
-    (out / "manifest.json").write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
-    return manifest
+    return write_manifest(out, manifest)
 
 
 def main() -> None:

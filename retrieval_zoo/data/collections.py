@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from importlib import resources
 from pathlib import Path
+from typing import Literal
 
 from retrieval_zoo.cache import file_digest, fingerprint
 from retrieval_zoo.data.corpus_store import corpus_store
@@ -177,12 +178,27 @@ def msmarco_tsv(
     return Collection(name, corpus, split_queries, split_qrels, files, train_split, eval_split, [base / collection])
 
 
-def embedded(variant: str = "default") -> Collection:
-    """The embedded ``debian_descriptions`` collection (``default`` ≈ 10k documents, or ``full`` ≈ 59k)."""
-    files = {split: f"queries.{split}.tsv.gz" for split in ("train", "dev")}
-    qrels = {split: f"qrels.{split}.tsv.gz" for split in ("train", "dev")}
-    root = EMBEDDED_ROOT / "debian_descriptions" / variant
-    return msmarco_tsv(f"debian_descriptions-{variant}", str(root), "collection.tsv.gz", files, qrels)
+EmbeddedName = Literal["debian_descriptions", "python_docstrings"]
+
+
+def embedded(
+    variant: str = "default", name: EmbeddedName = "debian_descriptions", eval_split: str = "dev"
+) -> Collection:
+    """A collection shipped in the package, with the splits its variant's files hold.
+
+    Args:
+        variant: ``debian_descriptions``: ``default`` (≈ 10k documents) or ``full`` (≈ 59k); ``python_docstrings``:
+            ``default`` (2.6k).
+        name: The collection (``retrieval_zoo/embedded/<name>``, whose README says how it was built).
+        eval_split: The split evaluated by default (``python_docstrings`` has ``test`` beside ``dev``).
+    """
+    root = EMBEDDED_ROOT / name / variant
+    splits = sorted(p.name.split(".")[1] for p in root.glob("qrels.*.tsv.gz"))
+    if not splits:
+        raise FileNotFoundError(f"{root}: no embedded collection {name!r} variant {variant!r} (no qrels.*.tsv.gz)")
+    files = {split: f"queries.{split}.tsv.gz" for split in splits}
+    qrels = {split: f"qrels.{split}.tsv.gz" for split in splits}
+    return msmarco_tsv(f"{name}-{variant}", str(root), "collection.tsv.gz", files, qrels, eval_split=eval_split)
 
 
 def beir(name: str, root: str, splits: list[str], train_split: str = "train", eval_split: str = "test") -> Collection:
