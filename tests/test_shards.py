@@ -8,11 +8,13 @@ import pytest
 import torch
 
 from retrieval_zoo.encoding.corpus import encode_corpus
+from retrieval_zoo.id_index import IdIndex
 from retrieval_zoo.index.shards import CorpusShards, merge_topk
 from retrieval_zoo.index.terms.gip import Gip
 from retrieval_zoo.index.vectors.faiss import Faiss
 from retrieval_zoo.methods.delade import DeLADE
 from retrieval_zoo.methods.dense import DenseBiEncoder
+from retrieval_zoo.retriever import ranked_run
 from tests.conftest import float32_rounding, tiny_encoder
 
 DOCIDS = ["a", "b", "c", "d", "e"]
@@ -145,3 +147,17 @@ def test_predict_steps_receive_tensors_and_encode_cached_tokens(tiny, tiny_bm25,
     encode_corpus(model, Faiss(), tiny, tiny_bm25, CPU_TRAINER, shard_size=150, cache_dir=tmp_path)
     assert len(steps) == 3 and all(isinstance(s, torch.Tensor) and s.dtype == torch.long for s in steps)
     assert handed and all(type(texts).__name__ == "Tokens" for texts in handed)
+
+
+@pytest.mark.parametrize("as_index", [True, False])
+def test_ranked_run_names_each_querys_rows_in_order(as_index: bool) -> None:
+    ids = ["d9", "d1", "d5", "d3"]
+    docids = IdIndex(ids) if as_index else ids
+    rows, scores = torch.tensor([[2, 0, 3], [1, 3, 0]]), torch.tensor([[3.0, 2.0, 0.0], [1.5, -1.0, 0.5]])
+    run = ranked_run(["q1", "q2"], rows, scores, docids)
+    assert run == {"q1": {"d5": 3.0, "d9": 2.0, "d3": 0.0}, "q2": {"d1": 1.5, "d3": -1.0, "d9": 0.5}}
+    assert list(run["q2"]) == ["d1", "d3", "d9"]  # best first, as the rows came
+    matched = ranked_run(["q1", "q2"], rows, scores, docids, positive_only=True)
+    assert matched == {"q1": {"d5": 3.0, "d9": 2.0}, "q2": {"d1": 1.5, "d9": 0.5}}
+    # rows of different lengths (an index that returns fewer than k for some queries)
+    assert ranked_run(["a", "b"], [[3], []], [[1.0], []], docids) == {"a": {"d3": 1.0}, "b": {}}

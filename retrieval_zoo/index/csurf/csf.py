@@ -51,7 +51,7 @@ from retrieval_zoo.index.shards import CorpusShards, Payload
 from retrieval_zoo.index.terms.gip_search import default_device
 from retrieval_zoo.lexical.csf_bags import CsfBags, Postings, max_sum_scores, search_pair_chunk
 from retrieval_zoo.lexical.lucene_bm25 import BM25
-from retrieval_zoo.retriever import Retriever
+from retrieval_zoo.retriever import Retriever, ranked_run
 
 
 class CsfRetriever(Retriever):
@@ -161,11 +161,8 @@ class CsfRetriever(Retriever):
                 bags = bags_to(self.encode_query(items), self.device)
                 scores, found, pairs = self._search_lists(bags, k)
                 scores, found = gather_topk(scores, found, k)
-                top_scores, top_rows = scores.cpu().tolist(), found.cpu().tolist()  # one transfer a batch
-                for row, query in enumerate(rows):
-                    run[qids[query]] = {
-                        self.docids[d]: s for s, d in zip(top_scores[row], top_rows[row], strict=True) if s > 0
-                    }
+                batch_qids = [qids[query] for query in rows]  # one transfer a batch
+                run.update(ranked_run(batch_qids, found.cpu(), scores.cpu(), self.docids, positive_only=True))
                 self._count(bags, int(all_sum(torch.tensor([pairs]))[0]))
         self._search_seconds += time.perf_counter() - started
         return {qid: run[qid] for qid in qids}  # in the order of ``queries``, as batched by length

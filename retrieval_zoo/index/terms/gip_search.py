@@ -14,6 +14,7 @@ from tqdm import tqdm
 from retrieval_zoo.data.formats import Run
 from retrieval_zoo.index.terms.dlr import gip
 from retrieval_zoo.index.vectors.faiss import FaissIndex
+from retrieval_zoo.retriever import ranked_run
 
 FIRST_STAGES = ("approximate_gip", "inner_product")
 
@@ -131,8 +132,7 @@ class GipIndex:
                 rescored = self.exact_scores(q_values, q_indices, shortlist)
                 scores, order = rescored.topk(min(k, depth), dim=1)
                 rows = shortlist.gather(1, order)
-            for qid, row_scores, row_ids in zip(qids[start:], scores.tolist(), rows.tolist(), strict=False):
-                run[qid] = {self.docids[r]: s for r, s in zip(row_ids, row_scores, strict=True)}
+            run.update(ranked_run(qids[start : start + batch_size], rows, scores, self.docids))
         return run
 
     def _first_stage(

@@ -25,6 +25,7 @@ from retrieval_zoo.data.formats import Run
 from retrieval_zoo.encoding.batching import QueryPrep, encode_payload
 from retrieval_zoo.index.shards import CorpusShards
 from retrieval_zoo.index.terms.dhr import PartEncoder, PartSearch
+from retrieval_zoo.retriever import ranked_run
 from retrieval_zoo.term_matrix import column_max, columns_from, entry_rows, offsets_of, parts, to_csr
 
 Hits = tuple[np.ndarray, np.ndarray]  # one query's rows and scores, best first
@@ -144,14 +145,13 @@ class ImpactRetriever(PartSearch):
                 scores = scores + weight * (doc_cls[rows] @ query_cls[row]).double().numpy()
                 keep = np.argsort(-scores, kind="stable")[:k]
                 rows, scores = rows[keep], scores[keep]
-            run[qid] = {self.docids[r]: float(s) for r, s in zip(rows.tolist(), scores.tolist(), strict=True)}
+            run.update(ranked_run([qid], [rows.tolist()], [scores.tolist()], self.docids))
         return run
 
     def _semantic(self, qids: list[str], cls: torch.Tensor, doc_cls: torch.Tensor, k: int) -> Run:
         """The exact top ``k`` by <q_cls, d_cls>."""
         top_scores, rows = (cls @ doc_cls.T).topk(min(k, len(self.docids)), dim=1)
-        return {qid: {self.docids[r]: s for r, s in zip(row_ids, row_scores, strict=True)}
-                for qid, row_scores, row_ids in zip(qids, top_scores.tolist(), rows.tolist(), strict=True)}  # fmt: skip
+        return ranked_run(qids, rows, top_scores, self.docids)
 
 
 def as_query(impacts: torch.Tensor, discard: int) -> dict[str, int]:

@@ -20,6 +20,7 @@ from retrieval_zoo.index.terms.dhr import PartEncoder, PartSearch
 from retrieval_zoo.index.terms.gip_search import default_device
 from retrieval_zoo.index.terms.term_index import TermIndex
 from retrieval_zoo.lexical.lucene_bm25 import BM25
+from retrieval_zoo.retriever import ranked_run
 from retrieval_zoo.term_matrix import cat_rows, columns_from, dense_rows, is_csr, nbytes, nonzeros, row_range, to_csr
 
 SCORING_FLOATS = 1 << 25  # a batch of queries densified for scoring holds at most this many floats (128 MB)
@@ -115,8 +116,7 @@ class SparseRetriever(PartSearch):
             if part != "lexical" and self.cls is not None and cls is not None:
                 scores += weight * (self.cls @ cls[start : start + step].T.to(self.device))
             top_scores, rows = scores.T.topk(min(k, len(self.docids)), dim=1)
-            for qid, row_scores, row_ids in zip(qids[start:], top_scores.tolist(), rows.tolist(), strict=False):
-                run[qid] = {self.docids[r]: s for r, s in zip(row_ids, row_scores, strict=True)}
+            run.update(ranked_run(qids[start : start + step], rows, top_scores, self.docids))
         return run
 
 
