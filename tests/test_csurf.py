@@ -49,6 +49,9 @@ def test_csf_score_by_hand_on_a_toy_vocabulary() -> None:
         for chunk in (1, 2, 3):
             blocks = max_sum_scores(query, Postings.build(docs, vocab_size=10, doc_offset=100), pair_chunk=chunk)
             assert blocks[0].tolist() == [[2.75, 1.0]] and blocks[1].tolist() == [100, 101] and blocks[2] == 4
+            # every document's cell (search when they fit): a document no pair reaches scores 0
+            every = max_sum_scores(query, Postings.build(docs, vocab_size=10), num_docs=3, pair_chunk=chunk)
+            assert every[0].tolist() == [[2.75, 1.0, 0.0]] and every[1].tolist() == [0, 1, 2] and every[2] == 4
     with pytest.raises(ValueError, match="inference_mode"):
         max_sum_scores(query, Postings.build(docs, vocab_size=10), pair_chunk=2)
 

@@ -292,3 +292,19 @@ def test_a_step_budget_the_epochs_cannot_reach_is_said_at_the_start(capsys) -> N
     trainer = SimpleNamespace(max_steps=120, max_epochs=1, estimated_stepping_batches=23)
     StepBudget().on_train_start(trainer, None)
     assert "trainer.max_steps=120 will not be reached: trainer.max_epochs=1 give 23 steps" in capsys.readouterr().out
+
+
+def test_progress_lines_keep_the_epoch_length_read_at_its_start_when_counting_in_steps(capsys) -> None:
+    from types import SimpleNamespace
+
+    from retrieval_zoo.training.progress import LineProgress
+
+    # the third epoch of a 120-step recipe on 53 batches an epoch: 14 steps left when it starts
+    trainer = SimpleNamespace(max_steps=120, max_epochs=-1, num_training_batches=53, global_step=106, current_epoch=2)
+    progress = LineProgress(every_percent=50.0)
+    progress._trainer = trainer  # what Lightning sets when it attaches the callback
+    progress.get_metrics = lambda trainer, module: {}
+    progress.on_train_epoch_start(trainer, None)
+    trainer.global_step = 113  # Lightning's own count of the epoch's batches has shrunk to 7 by now
+    progress.on_train_batch_end(trainer, None, None, None, batch_idx=6)
+    assert "[train] epoch 3: batch 7/14 (50%), step 113" in capsys.readouterr().out

@@ -153,6 +153,7 @@ def gather_bags(bags: CsfBags) -> tuple[CsfBags, int]:
     return CsfBags(owner, **rows, vector=vector, num_texts=sum(texts), length=length, tokens=tokens), first
 
 
+DENSE_CELLS = 1 << 24  # search scores every document of a shard when (query tokens x documents) fit 64 MB of floats
 PAIR_CHUNK = 1 << 15  # CSF pairs scored at a time at search on a CPU: their (chunk, dv) gathers stay in cache
 DEVICE_PAIR_CHUNK = 1 << 21  # on a GPU: 2M pairs' gathered vectors (0.5 GB at dv = 32) per block of launches
 
@@ -220,8 +221,9 @@ def max_sum_scores(
     Args:
         query: B queries' CSFs.
         postings: The documents' inverted lists (vectors of any float type: each pair is scored in the query's).
-        num_docs: Score every document ``0..num_docs − 1`` (training: the batch's documents); None scores only the
-            documents some query CSF matches.
+        num_docs: Score every document ``0..num_docs − 1`` (training: the batch's documents; search: a shard's
+            documents, when their cells fit); None scores only the documents some query CSF matches, found by a
+            first pass over the pairs.
         pair_chunk: Score this many CSF pairs at a time (search, without gradients: the pairs' gathered vectors stay
             small, and a max is order-free, so the scores are those of one pass); None scores them all at once.
         compiled: With ``pair_chunk``, score each block's pairs with one kernel that torch.compile fuses (gathers,
@@ -268,7 +270,9 @@ def max_sum_scores(
         pair_query, pair_doc = pairs(*block)
         score = fused_pair_values() if compiled else pair_values
         value = score(query.weight, postings.weight, query.vector, postings.vector, pair_query, pair_doc)
-        column = take_rows(column_of, take_rows(postings.doc, pair_doc).long())
+        column = take_rows(postings.doc, pair_doc).long()
+        if num_docs is None:  # compacted to the documents reached
+            column = take_rows(column_of, column)
         index = take_rows(query_token, pair_query) * len(columns) + column
         if pair_chunk is None:
             cells = cells.scatter_reduce(0, index, value, reduce="amax", include_self=True)

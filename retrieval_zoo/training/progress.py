@@ -45,6 +45,7 @@ class LineProgress(ProgressBar):
         self.enabled = True
         self.epoch_started = self.last_time = 0.0
         self.last_percent = 0.0
+        self.epoch_total: int | float = 0
 
     def disable(self) -> None:
         """Print nothing (Lightning disables the bar on ranks other than 0)."""
@@ -55,9 +56,14 @@ class LineProgress(ProgressBar):
         self.enabled = True
 
     def on_train_epoch_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        """Start the epoch's clock."""
+        """Start the epoch's clock and fix its length.
+
+        Lightning's count of the epoch's batches shrinks with the steps left of ``max_steps`` as they are taken, so
+        it is read once, here.
+        """
         self.epoch_started = self.last_time = time.monotonic()
         self.last_percent = 0.0
+        self.epoch_total = self.total_train_batches
 
     def on_train_batch_end(
         self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any, batch: Any, batch_idx: int
@@ -65,7 +71,7 @@ class LineProgress(ProgressBar):
         """A line when the epoch has advanced ``every_percent`` or ``every_seconds`` have passed since the last."""
         if not self.enabled:
             return
-        done, total, now = batch_idx + 1, self.total_train_batches, time.monotonic()
+        done, total, now = batch_idx + 1, self.epoch_total, time.monotonic()
         finite = isinstance(total, int) and total > 0
         percent = 100.0 * done / total if finite else 0.0
         if not (done == total or percent - self.last_percent >= self.every_percent
