@@ -4,8 +4,10 @@ On the embedded collection's dev queries, with a trained CSurF run (``--run-dir`
 SPLADE-tiny before training (its expansion weights, random 32-d vectors), side by side in one run on the same
 encoded queries and corpus CSFs:
 - inverted lists: each query CSF reads the list of its surface form only (the index's search), 32k CSF pairs at a
-  time (``PAIR_CHUNK``), the same with each block scored by a torch.compile'd kernel (``index.compile=true``), and in
-  one pass over all pairs (how training scores a batch);
+  time (``PAIR_CHUNK``) into a cell per (query token, document) of the lists (``dense_columns``); the same with cells
+  for the documents the pairs reach only (a first pass finds them: the index's way on a shard too large for every
+  cell), with each block scored by a torch.compile'd kernel (``index.compile=true``), and in one pass over all pairs
+  (how training scores a batch);
 - brute force: each query CSF is compared with every CSF of the corpus, and the same-form pairs scored.
 Both max-reduce into (query token, document) and sum, so their top 10s must agree. It prints the latency per query
 and its ratio, the operations per query (CSF pairs scored, or surface comparisons for brute force) beside E_OPS and
@@ -29,7 +31,7 @@ import torch
 from benchmarks.common import composed, header, side_by_side
 from retrieval_zoo.data.collections import EmbeddedName, embedded
 from retrieval_zoo.index.csurf.csf import InvertedLists
-from retrieval_zoo.lexical.csf_bags import PAIR_CHUNK, CsfBags, Postings, max_sum_scores
+from retrieval_zoo.lexical.csf_bags import PAIR_CHUNK, CsfBags, Postings, dense_columns, max_sum_scores
 
 
 def brute_force(query: CsfBags, postings: Postings, num_docs: int, chunk: int = 1 << 16) -> torch.Tensor:
@@ -75,10 +77,13 @@ def main() -> None:
     postings, num_docs = retriever.shards[0][0].to(torch.device("cpu")), len(retriever.docids)  # both on the CPU
 
     def inverted() -> list[torch.Tensor]:
+        return [max_sum_scores(bags, postings, dense_columns(bags, postings), PAIR_CHUNK)[0] for bags in batches]
+
+    def compacted() -> list[torch.Tensor]:
         return [max_sum_scores(bags, postings, pair_chunk=PAIR_CHUNK)[0] for bags in batches]
 
     def compiled() -> list[torch.Tensor]:
-        return [max_sum_scores(bags, postings, pair_chunk=PAIR_CHUNK, compiled=True)[0] for bags in batches]
+        return [max_sum_scores(bags, postings, dense_columns(bags, postings), PAIR_CHUNK, True)[0] for bags in batches]
 
     def one_pass() -> list[torch.Tensor]:
         return [max_sum_scores(bags, postings)[0] for bags in batches]
@@ -94,11 +99,14 @@ def main() -> None:
         for bags in batches[:4]:  # the two agree on every document they score
             scores, columns, _ = max_sum_scores(bags, postings, pair_chunk=PAIR_CHUNK)
             assert torch.equal(scores, max_sum_scores(bags, postings)[0])  # blocks of pairs: the very same floats
+            every = max_sum_scores(bags, postings, dense_columns(bags, postings), PAIR_CHUNK)[0]
+            assert torch.equal(every[:, columns] if every.shape != scores.shape else every, scores)  # the same too
             fused = max_sum_scores(bags, postings, pair_chunk=PAIR_CHUNK, compiled=True)[0]  # compiled once here
             assert torch.allclose(fused, scores, rtol=1e-5, atol=1e-6)  # another summation order
             assert torch.allclose(brute_force(bags, postings, num_docs)[:, columns], scores, rtol=1e-5, atol=1e-6)
         searches = {
             "inverted lists": inverted,
+            "compacted": compacted,
             "compiled": compiled,
             "one pass": one_pass,
             "brute force": scan,
@@ -111,6 +119,8 @@ def main() -> None:
     print("|---|---|---|---|")
     per_query = {key: 1000 * value / len(texts) for key, value in timings.items()}
     print(f"| inverted lists | {per_query['inverted lists']:.2f} | 1.00 | {stats['pairs_per_query']:,.0f} CSF pairs |")
+    ratio = per_query["compacted"] / per_query["inverted lists"]
+    print(f"| inverted lists, cells of reached documents | {per_query['compacted']:.2f} | {ratio:.2f} | the same |")
     ratio = per_query["compiled"] / per_query["inverted lists"]
     print(f"| inverted lists, compiled | {per_query['compiled']:.2f} | {ratio:.2f} | the same pairs |")
     ratio = per_query["one pass"] / per_query["inverted lists"]

@@ -153,9 +153,18 @@ def gather_bags(bags: CsfBags) -> tuple[CsfBags, int]:
     return CsfBags(owner, **rows, vector=vector, num_texts=sum(texts), length=length, tokens=tokens), first
 
 
-DENSE_CELLS = 1 << 24  # search scores every document of a shard when (query tokens x documents) fit 64 MB of floats
+DENSE_CELLS = 1 << 24  # search gives every document of a shard a cell when (query tokens x documents) fit 64 MB
 PAIR_CHUNK = 1 << 15  # CSF pairs scored at a time at search on a CPU: their (chunk, dv) gathers stay in cache
 DEVICE_PAIR_CHUNK = 1 << 21  # on a GPU: 2M pairs' gathered vectors (0.5 GB at dv = 32) per block of launches
+
+
+def dense_columns(query: CsfBags, postings: Postings) -> int | None:
+    """The ``num_docs`` search passes to :func:`max_sum_scores`: every document of the lists when the cells fit.
+
+    With (query tokens × documents) at most :data:`DENSE_CELLS`, every document gets a cell and no first pass over
+    the pairs looks for the documents they reach (the same scores); a larger shard is compacted to those documents.
+    """
+    return postings.doc_end if query.num_texts * query.length * postings.doc_end <= DENSE_CELLS else None
 
 
 def search_pair_chunk(device: torch.device) -> int:

@@ -49,7 +49,7 @@ from retrieval_zoo.index.process_shards import (
 from retrieval_zoo.index.representations import OffersCsfBags
 from retrieval_zoo.index.shards import CorpusShards, Payload
 from retrieval_zoo.index.terms.gip_search import default_device
-from retrieval_zoo.lexical.csf_bags import DENSE_CELLS, CsfBags, Postings, max_sum_scores, search_pair_chunk
+from retrieval_zoo.lexical.csf_bags import CsfBags, Postings, dense_columns, max_sum_scores, search_pair_chunk
 from retrieval_zoo.lexical.lucene_bm25 import BM25
 from retrieval_zoo.retriever import Retriever, ranked_run
 
@@ -171,10 +171,8 @@ class CsfRetriever(Retriever):
         """(B, ≤ k) scores and corpus rows of the top ``k`` over this rank's lists, and the CSF pairs scored."""
         scores, found, pairs = [], [], 0
         for postings, first_row in self.shards:
-            # Every document's cell when they fit: no pass over the pairs to find the documents they reach first
-            dense = bags.num_texts * bags.length * postings.doc_end <= DENSE_CELLS
             shard_scores, columns, shard_pairs = max_sum_scores(
-                bags, postings, postings.doc_end if dense else None, search_pair_chunk(self.device), self.compiled
+                bags, postings, dense_columns(bags, postings), search_pair_chunk(self.device), self.compiled
             )
             top = shard_scores.topk(min(k, shard_scores.shape[1]), dim=1)
             scores.append(top.values)
