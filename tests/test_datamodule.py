@@ -308,3 +308,25 @@ def test_progress_lines_keep_the_epoch_length_read_at_its_start_when_counting_in
     trainer.global_step = 113  # Lightning's own count of the epoch's batches has shrunk to 7 by now
     progress.on_train_batch_end(trainer, None, None, None, batch_idx=6)
     assert "[train] epoch 3: batch 7/14 (50%), step 113" in capsys.readouterr().out
+
+
+def test_a_recipe_counting_in_steps_prepares_the_epochs_its_steps_reach() -> None:
+    from types import SimpleNamespace
+
+    from retrieval_zoo.training.datamodule import epochs_to_prepare
+
+    def trainer(max_epochs, max_steps, accumulate=1):
+        return SimpleNamespace(max_epochs=max_epochs, max_steps=max_steps, accumulate_grad_batches=accumulate)
+
+    assert epochs_to_prepare(trainer(3, 120), 1707, 32) == 3
+    assert epochs_to_prepare(trainer(-1, 120), 1707, 32) == 3  # 53 steps an epoch: 120 steps reach the third
+    assert epochs_to_prepare(trainer(-1, 266), 8530, 32) == 1  # exactly one epoch of 266 batches
+    assert epochs_to_prepare(
+        trainer(-1, 120),
+        1707,
+        32,
+    ) == epochs_to_prepare(trainer(None, 120), 1707, 32)
+    assert epochs_to_prepare(trainer(-1, 120, accumulate=2), 1707, 32) == 5  # 26 steps an epoch
+    assert epochs_to_prepare(None, 1707, 32) == 1
+    with pytest.raises(ValueError, match="max_steps > 0"):
+        epochs_to_prepare(trainer(-1, -1), 1707, 32)

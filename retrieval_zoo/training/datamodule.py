@@ -216,7 +216,7 @@ class TriplesDataModule(L.LightningDataModule):
                 f"[data] {empty:,} of {len(self.train_qids):,} training queries have no negative in the pool; "
                 "they take random negatives"
             )
-        epochs = self.epochs or (self.trainer.max_epochs if self.trainer and self.trainer.max_epochs else 1)
+        epochs = self.epochs or epochs_to_prepare(self.trainer, len(self.train_qids), self.batch_size)
         self.tables = precompute_fields(
             self.needs,
             self.bm25,
@@ -333,3 +333,18 @@ class TriplesDataModule(L.LightningDataModule):
             batch.bm25_query_vectors = [tables["query_idf"][q] for q in qids]
             batch.bm25_doc_vectors = [tables["doc_weights"][d] for d in flat]
         return batch
+
+
+def epochs_to_prepare(trainer: L.Trainer | None, train_queries: int, batch_size: int) -> int:
+    """The epochs whose groups are precomputed: ``trainer.max_epochs``, or those ``max_steps`` reach when it is -1.
+
+    A recipe that counts in steps (``max_epochs: -1``) runs as many epochs as its steps need on the given data.
+    """
+    if trainer is None:
+        return 1
+    if trainer.max_epochs is not None and trainer.max_epochs > 0:
+        return trainer.max_epochs
+    if trainer.max_steps is None or trainer.max_steps <= 0:
+        raise ValueError("trainer.max_epochs=-1 trains until trainer.max_steps: give max_steps > 0")
+    steps_per_epoch = max(1, train_queries // batch_size // max(1, trainer.accumulate_grad_batches))
+    return -(-trainer.max_steps // steps_per_epoch)
