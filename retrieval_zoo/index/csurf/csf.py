@@ -161,8 +161,10 @@ class CsfRetriever(Retriever):
                 bags = bags_to(self.encode_query(items), self.device)
                 scores, found, pairs = self._search_lists(bags, k)
                 scores, found = gather_topk(scores, found, k)
-                batch_qids = [qids[query] for query in rows]  # one transfer a batch
-                run.update(ranked_run(batch_qids, found.cpu(), scores.cpu(), self.docids, positive_only=True))
+                batch_qids = [qids[query] for query in rows]
+                run.update(
+                    ranked_run(batch_qids, found.cpu(), scores.cpu(), self.docids, positive_only=True)
+                )  # one transfer a batch
                 self._count(bags, int(all_sum(torch.tensor([pairs]))[0]))
         self._search_seconds += time.perf_counter() - started
         return {qid: run[qid] for qid in qids}  # in the order of ``queries``, as batched by length
