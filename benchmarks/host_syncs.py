@@ -5,9 +5,10 @@ On CUDA, ``.item()``, ``bool()`` / ``float()`` of a tensor, ``.tolist()``, ``.cp
 until the GPU catches up. ``torch.profiler`` records the ops behind them on a CPU run too
 (``aten::_local_scalar_dense``, ``aten::nonzero``, ``aten::_unique2``, ...) and, with Python stacks, the calls of
 ``tolist`` / ``cpu`` / ``numpy`` that leave no op on the CPU. Each is counted once, at its outermost op, and named by
-the first frame outside torch; the DataLoader's own work (host tensors, its seeds) is not counted. Two blind spots:
-``.to("cpu")`` leaves no trace on a CPU run (read the code path), and a read of a tensor that lives on the host on
-purpose (RoC's draws on its CPU generator) counts here though it would not stop a GPU.
+the first frame outside torch; the DataLoader's own work (host tensors, its seeds) is not counted, nor is work marked
+:func:`~retrieval_zoo.host_work.host_only` (reads of tensors kept on the host on purpose, such as RoC's draws on its
+CPU generator, which a CPU run cannot tell from device reads). One blind spot: ``.to("cpu")`` leaves no trace on a
+CPU run (read the code path).
 On a GPU, ``benchmarks.gpu_throughput --sync-debug`` gives the same count from torch's own sync debug mode.
 
     python -m benchmarks.host_syncs [--backbone tiny_random] [--methods dense,csurf] [--batch-size 8] [--docs 64]
@@ -27,6 +28,7 @@ from torch.profiler import ProfilerActivity, profile
 
 from benchmarks.common import composed, first_batch, header, small_bags
 from retrieval_zoo.data.collections import Collection, embedded
+from retrieval_zoo.host_work import HOST_ONLY
 from retrieval_zoo.lexical.lucene_bm25 import BM25
 
 METHODS = ("dense", "clear", "roc", "delade_cls", "csurf", "dlr_splade", "dhr_bm25_dense")
@@ -53,7 +55,7 @@ def host_syncs(fn: Callable[[], object]) -> Counter[str]:
                 outermost = parent
             elif site is None and "(" in parent.name and not parent.name.startswith(("torch/", "<built-in")):
                 site = parent.name
-            loader |= parent.name.startswith("torch/utils/data/")  # the DataLoader's own work, on host tensors
+            loader |= parent.name.startswith(("torch/utils/data/", HOST_ONLY))  # the DataLoader's or marked host work
             parent = parent.cpu_parent
         if not loader and id(outermost) not in counted:
             counted.add(id(outermost))

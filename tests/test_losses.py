@@ -1,5 +1,6 @@
 import math
 
+import numpy as np
 import pytest
 import torch
 
@@ -191,6 +192,14 @@ def test_masking_draws_and_masks_exactly_as_the_row_loop_it_replaced() -> None:
     for fraction in (0.15, 0.5, 1.0, 0.15):
         expected = masking_loop_reference(docs, query, fraction, 103, special, old)
         assert torch.equal(mask_exact_matches(docs, query, fraction, 103, special, new), expected)
+    # Given the counts the host made from the tokens (a DataModule batch), the same draws and masks.
+    counts = np.array([sum(t in set(query[i // 2].tolist()) for t in docs[i].tolist()) for i in range(16)])
+    with_counts, old = torch.Generator().manual_seed(5), torch.Generator().manual_seed(5)
+    for fraction in (0.15, 1.0):
+        expected = masking_loop_reference(docs, query, fraction, 103, special, old)
+        assert torch.equal(mask_exact_matches(docs, query, fraction, 103, special, with_counts, counts), expected)
+    with pytest.raises(ValueError, match="counts of shape"):
+        mask_exact_matches(docs, query, 0.15, 103, special, with_counts, counts[:3])
 
 
 def test_kl_distillation_in_both_directions_by_hand() -> None:

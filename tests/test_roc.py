@@ -32,6 +32,22 @@ def test_losses_are_nll_plus_weighted_orthogonality() -> None:
     assert lex.shape == (2, 32) and not lex.requires_grad
 
 
+def test_a_datamodule_batch_carries_the_exact_match_counts_the_masking_reads(tiny, tiny_bm25) -> None:
+    from retrieval_zoo.encoding.tokens import exact_matches
+    from retrieval_zoo.training.datamodule import TriplesDataModule
+
+    model = RoC(tiny_encoder(pooling="cls"), mask_fraction=0.15)
+    unmasked = RoC(tiny_encoder(), mask_fraction=0.0)
+    assert "exact_match_counts" in model.needs and "exact_match_counts" not in unmasked.needs
+    dm = TriplesDataModule(tiny, tiny_bm25, batch_size=4, n_negatives=1, needs=model.needs, epochs=1,
+                           tokenizer=model.text_tokenizer(), term_keys=model.term_keys())  # fmt: skip
+    dm.setup("fit")
+    got = next(iter(dm.train_dataloader()))
+    special = model.encoder.tokenizer.all_special_ids
+    expected = exact_matches(got.doc_tokens.ids, got.query_tokens.ids, special).sum(dim=1)
+    assert got.exact_match_counts.tolist() == expected.tolist() and expected.sum() > 0
+
+
 def test_masking_happens_in_training_only(tiny, tiny_bm25, monkeypatch) -> None:
     model = RoC(tiny_encoder(pooling="cls"), mask_fraction=0.15)
     calls = []

@@ -27,6 +27,19 @@ from retrieval_zoo.cache import atomic_path, cache_root, entry_lock, fingerprint
 from retrieval_zoo.id_index import IdIndex
 
 
+def exact_matches(doc_ids: torch.Tensor, query_ids: torch.Tensor, special_ids: list[int]) -> torch.Tensor:
+    """(N, L) True where a document token occurs among its query's non-special tokens (RoC's X_EM, roc.md Eq. 10).
+
+    Args:
+        doc_ids: (N, L) document ids; document i belongs to query i // (N / B).
+        query_ids: (B, Lq) query ids, on the documents' device.
+        special_ids: Ids that never match ([CLS], [SEP], [PAD], ...).
+    """
+    owner = query_ids.repeat_interleave(doc_ids.shape[0] // query_ids.shape[0], dim=0)  # (N, Lq): each one's query
+    matches = (doc_ids.unsqueeze(2) == owner.unsqueeze(1)).any(dim=2)
+    return matches & ~torch.isin(doc_ids, torch.tensor(special_ids, device=doc_ids.device))
+
+
 @dataclass
 class Tokens:
     """A side's texts as the encoder reads them: (N, L) input ids and attention mask, padded to the longest."""

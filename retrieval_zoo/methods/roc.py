@@ -77,8 +77,8 @@ class RoC(DenseBiEncoder):
 
     @property
     def needs(self) -> frozenset[str]:
-        """BM25's term vectors of the texts (Eq. 3)."""
-        return frozenset({"bm25_vectors"})
+        """BM25's term vectors of the texts (Eq. 3), and each document's exact-match count when masking (Eq. 10)."""
+        return frozenset({"bm25_vectors", "exact_match_counts"} if self.mask_fraction > 0 else {"bm25_vectors"})
 
     def saturation_scale(self, k1: float) -> float:
         """What Lucene's TF saturation is multiplied by to give Eq. 3's d_bm25: (k1 + 1), or 1 at Lucene's scale."""
@@ -105,7 +105,7 @@ class RoC(DenseBiEncoder):
         if self.mask_fraction > 0:  # Eq. 10: d' = d with a sample of X_EM masked
             tokenizer = self.encoder.tokenizer
             doc_ids = mask_exact_matches(doc_ids, query_ids, self.mask_fraction, tokenizer.mask_token_id,
-                                         tokenizer.all_special_ids, self.masking)  # fmt: skip
+                                         tokenizer.all_special_ids, self.masking, batch.exact_match_counts)  # fmt: skip
         q_sem, d_sem = self.encoder.embed(query_ids, query_mask), self.encoder.embed(doc_ids, doc_mask)
         nll, accuracy = self.listwise_nll(q_sem, d_sem, batch)  # Eq. 7 on Score_sem = q_sem·d'_sem
         losses = {"nll": nll}

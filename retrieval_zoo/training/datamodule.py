@@ -29,7 +29,7 @@ from retrieval_zoo.data.collections import TUNING_SHARE, Collection
 from retrieval_zoo.data.corpus_store import corpus_ids
 from retrieval_zoo.data.doc_rows import RankedRows
 from retrieval_zoo.data.ranked_rows import cached_ranked_rows
-from retrieval_zoo.encoding.tokens import TextTokenizer, TokenCache, Tokens
+from retrieval_zoo.encoding.tokens import TextTokenizer, TokenCache, Tokens, exact_matches
 from retrieval_zoo.id_index import IdIndex
 from retrieval_zoo.lexical.lucene_bm25 import BM25
 from retrieval_zoo.lexical.sparse_rows import SparseBatch
@@ -37,7 +37,7 @@ from retrieval_zoo.training.loaders import GroupDataset, ResumableLoader
 from retrieval_zoo.training.lookups import PairTable, precompute_fields, restrict_to_teacher
 from retrieval_zoo.training.negatives import GroupSampling, ShardedEpochSampler, judged_positives, negative_pool
 
-FIELDS = frozenset({"bm25_scores", "bm25_vectors", "teacher_scores", "texts"})
+FIELDS = frozenset({"bm25_scores", "bm25_vectors", "teacher_scores", "texts", "exact_match_counts"})
 VALIDATION_HOLDOUT = 300  # training queries validated on without a validation split (data.val_queries: null)
 
 
@@ -67,6 +67,8 @@ class TrainBatch:
         teacher_scores: (B, G) teacher scores, when the method distils.
         query_tokens: (B, Lq) the queries' tokens, when the DataModule has the method's tokenizer.
         doc_tokens: (B·G, Ld) the documents' tokens, likewise.
+        exact_match_counts: (B·G,) each document's tokens that occur in its query (RoC's |X_EM|, Eq. 10), counted on
+            the host from the tokens, when the method needs them: a NumPy array, which stays on the host.
     """
 
     qids: list[str]
@@ -79,6 +81,7 @@ class TrainBatch:
     teacher_scores: torch.Tensor | None = None
     query_tokens: Tokens | None = None
     doc_tokens: Tokens | None = None
+    exact_match_counts: np.ndarray | None = None
 
     @property
     def query_input(self) -> Tokens | list[str]:
@@ -320,6 +323,10 @@ class TriplesDataModule(L.LightningDataModule):
                            [corpus[d] for d in flat] if texts else None)  # fmt: skip
         if self.tokenizer is not None:
             batch.query_tokens, batch.doc_tokens = self.query_cache.tokens(qids), self.doc_cache.tokens(flat)
+            if "exact_match_counts" in self.needs:
+                special = self.tokenizer.tokenizer.all_special_ids
+                matches = exact_matches(batch.doc_tokens.ids, batch.query_tokens.ids, special)
+                batch.exact_match_counts = matches.sum(dim=1).numpy()
         tables: dict[str, PairTable] = self.tables
         if "bm25_scores" in self.needs:
             batch.bm25_scores = tables["bm25_scores"].matrix(qids, docids)

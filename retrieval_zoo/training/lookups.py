@@ -118,7 +118,7 @@ def precompute_fields(
     the terms' keys (``term_rows``: side → (ids, rows)); without, dicts (``query_idf``, ``doc_weights``).
     """
     tables: dict = {}
-    if not needs - {"texts"}:  # texts come from the collection, nothing to precompute
+    if not needs - {"texts", "exact_match_counts"}:  # made by the collate from texts and tokens: nothing to precompute
         return tables
     keys, docs = sampled_pairs(sampling, qids, epochs), sampling.docs
     if "bm25_scores" in needs:
