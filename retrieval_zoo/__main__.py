@@ -1,4 +1,4 @@
-"""``python -m retrieval_zoo train ...`` / ``python -m retrieval_zoo evaluate ...``: the installed command lines.
+"""``python -m retrieval_zoo train|evaluate|search ...``: the installed command lines.
 
 The command is kept in ``RETRIEVAL_ZOO_COMMAND`` as well as taken off the arguments (Hydra reads the rest as
 overrides): Lightning's DDP launcher starts each further rank as ``python -m retrieval_zoo <the same arguments>``,
@@ -8,9 +8,9 @@ and the rank finds its command there.
 import os
 import sys
 
-from retrieval_zoo.cli import evaluate_main, train_main
+from retrieval_zoo.cli import evaluate_main, search_main, train_main
 
-COMMANDS = {"train": train_main, "evaluate": evaluate_main}
+COMMANDS = {"train": train_main, "evaluate": evaluate_main, "search": search_main}
 VARIABLE = "RETRIEVAL_ZOO_COMMAND"
 
 if __name__ == "__main__":

@@ -1,8 +1,8 @@
-"""The command lines: ``retrieval-zoo-train`` (``python train.py``) and ``retrieval-zoo-evaluate``.
+"""The command lines: ``retrieval-zoo-train`` (``python train.py``), ``retrieval-zoo-evaluate`` and ``-search``.
 
-Both compose the configs shipped in the package (``retrieval_zoo/conf``, Hydra's ``pkg://`` search path), so an
-installed package runs from any directory; the checkout's ``train.py`` and ``evaluate.py`` call these mains.
-``python -m retrieval_zoo train ...`` and ``python -m retrieval_zoo evaluate ...`` do the same.
+They compose the configs shipped in the package (``retrieval_zoo/conf``, Hydra's ``pkg://`` search path), so an
+installed package runs from any directory; the checkout's ``train.py``, ``evaluate.py`` and ``search.py`` call these
+mains. ``python -m retrieval_zoo train|evaluate|search ...`` does the same.
 """
 
 from __future__ import annotations
@@ -18,8 +18,15 @@ from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
 from retrieval_zoo.config_check import check_config
+from retrieval_zoo.data.query_sets import read_query_set
 from retrieval_zoo.evaluation.config import evaluation_config
-from retrieval_zoo.evaluation.pipeline import build_collection_and_bm25, encode_and_evaluate, identity, run_config
+from retrieval_zoo.evaluation.pipeline import (
+    build_collection_and_bm25,
+    encode_and_evaluate,
+    encode_and_search,
+    identity,
+    run_config,
+)
 from retrieval_zoo.export.exported import load, manifest
 from retrieval_zoo.loggers import finish, log_results
 from retrieval_zoo.resume import AtomicCheckpointIO, exit_code_on_sigterm, find_checkpoint
@@ -106,20 +113,7 @@ def evaluate_main(cfg: DictConfig) -> dict[str, dict[str, float]]:
 
 def search_and_evaluate(cfg: DictConfig, out_dir: Path) -> dict[str, dict[str, float]]:
     """The evaluation in ``out_dir``: see :func:`main`."""
-    if cfg.run_dir and cfg.model_dir:
-        raise ValueError("give run_dir (a train.py run) or model_dir (an export of one), not both")
-    if cfg.run_dir or cfg.model_dir:
-        run_dir, overrides = Path(cfg.run_dir or cfg.model_dir), list(HydraConfig.get().overrides.task)
-        exported = bool(cfg.model_dir)
-        if exported:
-            manifest(run_dir)  # an exported folder, of this format: else a clear error naming the file
-        cfg = evaluation_config(cfg, run_dir, overrides, trained_config(run_dir))
-        check_config(cfg)
-        model = load(run_dir, cfg) if exported else load_trained(run_dir, cfg)
-    else:
-        check_config(cfg)
-        L.seed_everything(cfg.seed)  # an untrained model's initialisation, the same on every rank
-        model = instantiate(cfg.method)
+    cfg, model = configured_model(cfg)
     name, index = str(cfg.method_name), instantiate(cfg.index)
     collection, bm25 = build_collection_and_bm25(cfg)
     make_trainer = partial(instantiate(cfg.trainer, _partial_=True), default_root_dir=str(out_dir))
@@ -127,3 +121,49 @@ def search_and_evaluate(cfg: DictConfig, out_dir: Path) -> dict[str, dict[str, f
     if summary is None:  # under DDP, rank 0 alone evaluates and writes the results
         return {}
     return summary["metrics"]
+
+
+@hydra.main(config_path=CONFIGS, config_name="search", version_base="1.3")
+def search_main(cfg: DictConfig) -> dict:
+    """Search any query set, judged or not, with a trained run, an export or an untrained method; write TREC runs.
+
+    Configured as an evaluation is (``run_dir``, ``model_dir``, the tuned fusion weight), with ``queries=`` naming a
+    split, a TSV or BEIR JSONL file or an ``irds:<id>`` (:mod:`retrieval_zoo.data.query_sets`). What it prints is
+    also written to ``search.log`` in its folder.
+    """
+    return logged_job(partial(search_queries, cfg))
+
+
+def search_queries(cfg: DictConfig, out_dir: Path) -> dict:
+    """The search in ``out_dir``: see :func:`search_main`."""
+    cfg, model = configured_model(cfg)
+    name, index = str(cfg.method_name), instantiate(cfg.index)
+    collection, bm25 = build_collection_and_bm25(cfg)
+    source = read_query_set(cfg.queries, collection)  # a bad query file fails before anything is encoded
+    make_trainer = partial(instantiate(cfg.trainer, _partial_=True), default_root_dir=str(out_dir))
+    return encode_and_search(cfg, model, index, collection, bm25, make_trainer, out_dir, name, source) or {}
+
+
+def configured_model(cfg: DictConfig) -> tuple[DictConfig, torch.nn.Module]:
+    """The config an evaluation or a search runs with, and its model.
+
+    With ``run_dir`` (or ``model_dir``) the trained run's config with the command line on top
+    (:func:`retrieval_zoo.evaluation.config.evaluation_config`) and its best checkpoint (or exported weights);
+    without, this config and an untrained method, seeded.
+    """
+    if cfg.run_dir and cfg.model_dir:
+        raise ValueError("give run_dir (a train.py run) or model_dir (an export of one), not both")
+    if not (cfg.run_dir or cfg.model_dir):
+        check_config(cfg)
+        L.seed_everything(cfg.seed)  # an untrained model's initialisation, the same on every rank
+        return cfg, instantiate(cfg.method)
+    run_dir, overrides = Path(cfg.run_dir or cfg.model_dir), list(HydraConfig.get().overrides.task)
+    exported = bool(cfg.model_dir)
+    if exported:
+        manifest(run_dir)  # an exported folder, of this format: else a clear error naming the file
+    extra = {key: cfg[key] for key in ("queries",) if key in cfg}  # this command's own keys, not the run's
+    cfg = evaluation_config(cfg, run_dir, overrides, trained_config(run_dir))
+    for key, value in extra.items():
+        OmegaConf.update(cfg, key, value, force_add=True)
+    check_config(cfg)
+    return cfg, load(run_dir, cfg) if exported else load_trained(run_dir, cfg)

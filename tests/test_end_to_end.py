@@ -85,6 +85,22 @@ def test_train_then_evaluate(tiny_dir: Path, tmp_path: Path) -> None:
     again = json.loads((evaluated / "results.json").read_text())
     assert again["metrics"]["dense"] == pytest.approx(results["metrics"]["dense"], abs=1e-6)
 
+    # search.py: on the judged split, evaluate.py's runs byte for byte; the same texts under ids nobody judged (a
+    # TSV), the same rankings
+    searched = tmp_path / "search"
+    run_app("search.py", f"run_dir={out}", "queries=dev", "eval.k=100", f"hydra.run.dir={searched}")
+    for name in ("run.dev.trec", "run.dev.bm25.trec"):
+        assert (searched / name).read_bytes() == (evaluated / name).read_bytes(), name
+    dev = [line.split("\t", 1) for line in (tiny_dir / "queries.dev.tsv").read_text().splitlines()]
+    topics = tmp_path / "topics.tsv"
+    topics.write_text("".join(f"new-{qid}\t{text}\n" for qid, text in dev), encoding="utf-8")
+    run_app("search.py", f"run_dir={out}", f"queries={topics}", "eval.k=100", f"hydra.run.dir={searched}")
+    unjudged, judged = read_run(searched / "run.topics.trec"), read_run(evaluated / "run.dev.trec")
+    assert unjudged == {f"new-{qid}": judged[qid] for qid, _ in dev}
+    found = json.loads((searched / "search.json").read_text())
+    assert found["queries"]["count"] == 30 and found["runs"]["dense"] == "run.topics.trec"
+    assert f"30 queries from {topics}, depth 100" in (searched / "search.log").read_text()
+
     # The same checkpoint on another collection format: the tiny dev split as a BEIR directory (test split).
     beir_dir = beir_layout(tiny_dir, tmp_path / "beir")
     on_beir = tmp_path / "evaluate_beir"

@@ -113,6 +113,12 @@ def test_an_exported_run_evaluates_from_its_folder_to_the_runs_own_trec_run(meth
         return
     run_app("evaluate.py", f"model_dir={out}", f"hydra.run.dir={tmp_path / 'from_folder'}")
     assert (tmp_path / "from_folder" / "run.dev.trec").read_text() == (run / "run.dev.trec").read_text()
+    # search.py from the folder: the fused run and each part's, as the training run wrote them (its tuned weight)
+    run_app("search.py", f"model_dir={out}", "queries=dev", f"hydra.run.dir={tmp_path / 'searched'}")
+    parts = sorted(p.name for p in run.glob("run.dev.*.trec"))
+    assert len(parts) == 3  # BM25's, and the union's two parts
+    for name in ("run.dev.trec", *parts):
+        assert (tmp_path / "searched" / name).read_bytes() == (run / name).read_bytes(), name
     export(f"run_dir={run}", f"out={out}")  # the same run again: replaced
     other_run = tmp_path / "other"
     (other_run / "checkpoints").mkdir(parents=True)

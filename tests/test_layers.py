@@ -28,6 +28,7 @@ LAYERS = [  # lowest first; a module may import from its own layer and the ones 
             "encoding.encoder",
             "hub_modules",
             "bounds",
+            "host_work",
             "conf",  # the configs shipped with the package (no code)
         },
     ),
@@ -55,6 +56,7 @@ LAYERS = [  # lowest first; a module may import from its own layer and the ones 
             "encoding.corpus",
             "evaluation.pipeline",
             "evaluation.stages",
+            "evaluation.search_runs",
             "evaluation.config",
             "evaluation.summary",
             "config_check",
@@ -63,7 +65,7 @@ LAYERS = [  # lowest first; a module may import from its own layer and the ones 
             "run_output",
         },
     ),
-    ("command lines", {"cli", "__main__"}),  # train and evaluate, installed or from the checkout
+    ("command lines", {"cli", "__main__"}),  # train, evaluate and search, installed or from the checkout
 ]
 
 

@@ -27,7 +27,9 @@ def test_commands_compose_the_packaged_configs_from_any_directory(tmp_path: Path
     assert rank.returncode == 0, rank.stderr
     assert "name: evaluate" in rank.stdout
     unknown = run_module("index", cwd=tmp_path)
-    assert unknown.returncode != 0 and "usage: python -m retrieval_zoo {train,evaluate}" in unknown.stderr
+    assert unknown.returncode != 0 and "usage: python -m retrieval_zoo {train,evaluate,search}" in unknown.stderr
+    search = run_module("search", "queries=topics.tsv", "--cfg", "job", cwd=tmp_path)
+    assert search.returncode == 0 and "queries: topics.tsv" in search.stdout, search.stderr
 
 
 @pytest.mark.slow
@@ -44,3 +46,4 @@ def test_the_wheel_ships_the_configs_the_embedded_collection_and_the_commands(tm
     assert data and data <= names, sorted(data - names)
     assert "retrieval-zoo-train = retrieval_zoo.cli:train_main" in entry_points
     assert "retrieval-zoo-evaluate = retrieval_zoo.cli:evaluate_main" in entry_points
+    assert "retrieval-zoo-search = retrieval_zoo.cli:search_main" in entry_points

@@ -110,12 +110,11 @@ def corpus(irds: Any, dataset: Any, dataset_id: str) -> tuple[CorpusStore, str]:
     return store, store.facts()["digest"]
 
 
-def queries_and_qrels(irds: Any, dataset_id: str, documents: CorpusStore, digest: Any) -> tuple[dict[str, str], Qrels]:
-    """``dataset_id``'s queries and qrels, checked against each other and ``documents``, fed into ``digest``."""
-    dataset = load(irds, dataset_id)
-    for part in ("queries", "qrels"):
-        if not getattr(dataset, f"has_{part}")():
-            raise ValueError(f"ir_datasets' {dataset_id!r} has no {part}: dataset.id and dataset.eval_id need both")
+def queries_of(irds: Any, dataset_id: str, dataset: Any | None = None) -> dict[str, str]:
+    """``dataset_id``'s queries, id → default text; an empty text or a repeated id is an error naming the record."""
+    dataset = load(irds, dataset_id) if dataset is None else dataset
+    if not dataset.has_queries():
+        raise ValueError(f"ir_datasets' {dataset_id!r} has no queries")
     queries: dict[str, str] = {}
     source = f"ir_datasets:{dataset_id} queries"
     with fetching(irds, dataset_id, "queries"):
@@ -123,6 +122,16 @@ def queries_and_qrels(irds: Any, dataset_id: str, documents: CorpusStore, digest
             if qid in queries:
                 raise FormatError(source, number, f"duplicate query id {qid!r}")
             queries[qid] = text
+    return queries
+
+
+def queries_and_qrels(irds: Any, dataset_id: str, documents: CorpusStore, digest: Any) -> tuple[dict[str, str], Qrels]:
+    """``dataset_id``'s queries and qrels, checked against each other and ``documents``, fed into ``digest``."""
+    dataset = load(irds, dataset_id)
+    for part in ("queries", "qrels"):
+        if not getattr(dataset, f"has_{part}")():
+            raise ValueError(f"ir_datasets' {dataset_id!r} has no {part}: dataset.id and dataset.eval_id need both")
+    queries = queries_of(irds, dataset_id, dataset)
     qrels: Qrels = {}
     source = f"ir_datasets:{dataset_id} qrels"
     with fetching(irds, dataset_id, "qrels"):

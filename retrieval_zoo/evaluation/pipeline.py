@@ -7,6 +7,7 @@ the evaluation's stages (:mod:`retrieval_zoo.evaluation.stages`).
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 
 import lightning as L
@@ -14,7 +15,9 @@ from hydra.utils import get_class, instantiate
 from omegaconf import DictConfig, OmegaConf
 
 from retrieval_zoo.data.collections import Collection
+from retrieval_zoo.data.query_sets import QuerySource
 from retrieval_zoo.encoding.corpus import encode_corpus
+from retrieval_zoo.evaluation.search_runs import search_query_source
 from retrieval_zoo.evaluation.stages import evaluate_method
 from retrieval_zoo.index.index import Index, check_pair
 from retrieval_zoo.index.shards import CorpusShards
@@ -90,15 +93,38 @@ def encode_and_evaluate(
         What ``results.json`` holds, on rank 0; None on the other ranks, which serve an index split over the ranks
         while rank 0 searches it, and return after.
     """
+    settings = cfg.eval
+    split = settings.get("split") or collection.eval_split
+    evaluate = partial(evaluate_method, model, index, collection, bm25, split, settings.k, out_dir, name,
+                       settings.tune_queries, settings.get("roc_k", 10), settings.get("explain", 0))  # fmt: skip
+    return encode_then(cfg, model, index, collection, bm25, make_trainer, evaluate)
+
+
+def encode_and_search(
+    cfg: DictConfig, model: RetrievalMethod, index: Index, collection: Collection, bm25: BM25,
+    make_trainer: Callable[..., L.Trainer], out_dir: Path, name: str, source: QuerySource,
+) -> dict | None:  # fmt: skip
+    """What ``search.py`` runs once the model is loaded: encoding, then the search of ``source``'s queries.
+
+    Returns:
+        What ``search.json`` holds, on rank 0; None on the other ranks (see :func:`encode_and_evaluate`).
+    """
+    search = partial(search_query_source, model, index, collection, bm25, source, cfg.eval.k, out_dir, name,
+                     cfg.eval.tune_queries)  # fmt: skip
+    return encode_then(cfg, model, index, collection, bm25, make_trainer, search)
+
+
+def encode_then(
+    cfg: DictConfig, model: RetrievalMethod, index: Index, collection: Collection, bm25: BM25,
+    make_trainer: Callable[..., L.Trainer], then: Callable[[CorpusShards | None], dict],
+) -> dict | None:  # fmt: skip
+    """Encode the corpus on every rank, then ``then(shards)`` on rank 0 while the other ranks serve a split index."""
     with exit_code_on_sigterm():
         shards, rank_zero = encode_for_index(model, index, collection, bm25, make_trainer, cfg.encode)
     if not rank_zero:
         index.serve(model, collection, bm25, shards)
         return None
-    settings = cfg.eval
-    split = settings.get("split") or collection.eval_split
-    return evaluate_method(model, index, collection, bm25, split, settings.k, out_dir, name, settings.tune_queries,
-                           settings.get("roc_k", 10), settings.get("explain", 0), shards)  # fmt: skip
+    return then(shards)
 
 
 def build_collection_and_bm25(cfg: DictConfig) -> tuple[Collection, BM25]:

@@ -54,13 +54,18 @@ class Searched:
 
 def query_set(collection: Collection, split: str, tune_queries: int = 0) -> QuerySet:
     """``split``'s judged queries, and ``tune_queries`` held-out training queries (:meth:`Collection.tuning_qids`)."""
+    return with_held_out(QuerySet(split, collection.judged_queries(split), collection.qrels[split]), collection,
+                         tune_queries)  # fmt: skip
+
+
+def with_held_out(queries: QuerySet, collection: Collection, tune_queries: int) -> QuerySet:
+    """``queries`` with ``tune_queries`` held-out training queries to tune a fusion weight on (0: none)."""
     tuning_split = collection.train_split
     if tune_queries and (tuning_split not in collection.qrels or not collection.judged_queries(tuning_split)):
         raise ValueError(
             f"eval.tune_queries={tune_queries}: {collection.name} has no judged '{tuning_split}' queries to tune the "
             "fusion weight on; set eval.tune_queries=0 (and index.weight=W)"
         )
-    queries = QuerySet(split, collection.judged_queries(split), collection.qrels[split])
     if tune_queries:
         train_queries, train_qrels = collection.queries[tuning_split], collection.qrels[tuning_split]
         queries.held_out = {q: train_queries[q] for q in collection.tuning_qids(tune_queries)}
