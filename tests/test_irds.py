@@ -7,6 +7,7 @@ import pytest
 
 from retrieval_zoo.data.formats import FormatError, read_qrels
 from retrieval_zoo.data.irds import irds
+from retrieval_zoo.data.query_sets import read_query_set
 from tests.conftest import load_tiny
 
 REGISTER = """
@@ -65,6 +66,8 @@ def test_a_registered_dataset_reads_as_the_same_files_read_directly(tiny_dir, tm
     assert collection.corpus.folder == again.corpus.folder and collection.corpus.facts()["documents"] == len(
         direct.corpus
     )
+    source = read_query_set("irds:zoo-tiny/dev", direct)  # search.py's queries=irds:<id>, judged or not
+    assert source.name == "zoo-tiny_dev" and source.queries == direct.queries["dev"]
     alone = irds("zoo-tiny/train", register=str(register))  # evaluates id's own queries
     assert alone.eval_split == "train" and alone.fingerprint != collection.fingerprint
     qids, docs = scored
