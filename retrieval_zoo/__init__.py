@@ -10,9 +10,16 @@ Imports run down the layers of ``tests/test_layers.py``.
 
 
 def __getattr__(name: str) -> object:
-    """``retrieval_zoo.load``: :func:`retrieval_zoo.export.exported.load`, imported when first asked for."""
+    """``retrieval_zoo.load`` and ``retrieval_zoo.Retriever``, imported when first asked for.
+
+    They are :func:`retrieval_zoo.export.exported.load` and :class:`retrieval_zoo.search_api.Retriever`.
+    """
     if name == "load":
         from retrieval_zoo.export.exported import load
 
         return load
+    if name == "Retriever":
+        from retrieval_zoo.search_api import Retriever
+
+        return Retriever
     raise AttributeError(f"module 'retrieval_zoo' has no attribute {name!r}")

@@ -19,7 +19,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from retrieval_zoo.config_check import check_config
 from retrieval_zoo.data.query_sets import read_query_set
-from retrieval_zoo.evaluation.config import evaluation_config
+from retrieval_zoo.evaluation.config import configured_model
 from retrieval_zoo.evaluation.pipeline import (
     build_collection_and_bm25,
     encode_and_evaluate,
@@ -27,11 +27,9 @@ from retrieval_zoo.evaluation.pipeline import (
     identity,
     run_config,
 )
-from retrieval_zoo.export.exported import load, manifest
 from retrieval_zoo.loggers import finish, log_results
 from retrieval_zoo.resume import AtomicCheckpointIO, exit_code_on_sigterm, find_checkpoint
 from retrieval_zoo.run_output import logged_job
-from retrieval_zoo.trained import load_trained, trained_config
 from retrieval_zoo.training.progress import StepBudget
 
 CONFIGS = "pkg://retrieval_zoo.conf"
@@ -113,7 +111,7 @@ def evaluate_main(cfg: DictConfig) -> dict[str, dict[str, float]]:
 
 def search_and_evaluate(cfg: DictConfig, out_dir: Path) -> dict[str, dict[str, float]]:
     """The evaluation in ``out_dir``: see :func:`main`."""
-    cfg, model = configured_model(cfg)
+    cfg, model = configured_model(cfg, list(HydraConfig.get().overrides.task))
     name, index = str(cfg.method_name), instantiate(cfg.index)
     collection, bm25 = build_collection_and_bm25(cfg)
     make_trainer = partial(instantiate(cfg.trainer, _partial_=True), default_root_dir=str(out_dir))
@@ -136,34 +134,9 @@ def search_main(cfg: DictConfig) -> dict:
 
 def search_queries(cfg: DictConfig, out_dir: Path) -> dict:
     """The search in ``out_dir``: see :func:`search_main`."""
-    cfg, model = configured_model(cfg)
+    cfg, model = configured_model(cfg, list(HydraConfig.get().overrides.task))
     name, index = str(cfg.method_name), instantiate(cfg.index)
     collection, bm25 = build_collection_and_bm25(cfg)
     source = read_query_set(cfg.queries, collection)  # a bad query file fails before anything is encoded
     make_trainer = partial(instantiate(cfg.trainer, _partial_=True), default_root_dir=str(out_dir))
     return encode_and_search(cfg, model, index, collection, bm25, make_trainer, out_dir, name, source) or {}
-
-
-def configured_model(cfg: DictConfig) -> tuple[DictConfig, torch.nn.Module]:
-    """The config an evaluation or a search runs with, and its model.
-
-    With ``run_dir`` (or ``model_dir``) the trained run's config with the command line on top
-    (:func:`retrieval_zoo.evaluation.config.evaluation_config`) and its best checkpoint (or exported weights);
-    without, this config and an untrained method, seeded.
-    """
-    if cfg.run_dir and cfg.model_dir:
-        raise ValueError("give run_dir (a train.py run) or model_dir (an export of one), not both")
-    if not (cfg.run_dir or cfg.model_dir):
-        check_config(cfg)
-        L.seed_everything(cfg.seed)  # an untrained model's initialisation, the same on every rank
-        return cfg, instantiate(cfg.method)
-    run_dir, overrides = Path(cfg.run_dir or cfg.model_dir), list(HydraConfig.get().overrides.task)
-    exported = bool(cfg.model_dir)
-    if exported:
-        manifest(run_dir)  # an exported folder, of this format: else a clear error naming the file
-    extra = {key: cfg[key] for key in ("queries",) if key in cfg}  # this command's own keys, not the run's
-    cfg = evaluation_config(cfg, run_dir, overrides, trained_config(run_dir))
-    for key, value in extra.items():
-        OmegaConf.update(cfg, key, value, force_add=True)
-    check_config(cfg)
-    return cfg, load(run_dir, cfg) if exported else load_trained(run_dir, cfg)

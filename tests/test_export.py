@@ -7,6 +7,8 @@ from pathlib import Path
 
 import pytest
 
+import retrieval_zoo
+from retrieval_zoo.data.formats import read_run
 from retrieval_zoo.export.exported import FORMAT, MANIFEST, manifest
 from retrieval_zoo.export.folder import check_out, upload
 from retrieval_zoo.export.model_card import citation, ecosystem_usage, model_card
@@ -119,6 +121,18 @@ def test_an_exported_run_evaluates_from_its_folder_to_the_runs_own_trec_run(meth
     assert len(parts) == 3  # BM25's, and the union's two parts
     for name in ("run.dev.trec", *parts):
         assert (tmp_path / "searched" / name).read_bytes() == (run / name).read_bytes(), name
+    # the Python retriever over the same folder: search.py's run; one query's hits with each part's score and text
+    retriever = retrieval_zoo.Retriever.load(out)
+    dev = dict(line.split("\t", 1) for line in (tiny_dir / "queries.dev.tsv").read_text().splitlines())
+    assert retriever.search_batch(dev, k=100) == read_run(tmp_path / "searched" / "run.dev.trec")
+    qid, text = next(iter(dev.items()))
+    hits = retriever.search(text, k=10)
+    alone = retriever.search_batch({qid: text}, k=10)[qid]
+    assert [(h.docid, h.score) for h in hits] == sorted(alone.items(), key=lambda kv: (kv[1], kv[0]), reverse=True)
+    assert all(set(h.parts) == {"lexical", "semantic"} and h.text == retriever.collection.corpus[h.docid] for h in hits)
+    assert any(h.parts["lexical"] is not None for h in hits)
+    with pytest.raises(ValueError, match="empty query"):
+        retriever.search("  ")
     export(f"run_dir={run}", f"out={out}")  # the same run again: replaced
     other_run = tmp_path / "other"
     (other_run / "checkpoints").mkdir(parents=True)

@@ -9,7 +9,14 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import lightning as L
+from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
+
+from retrieval_zoo.config_check import check_config
+from retrieval_zoo.export.exported import load, manifest
+from retrieval_zoo.methods.method import RetrievalMethod
+from retrieval_zoo.trained import load_trained, trained_config
 
 
 def override_keys(overrides: list[str]) -> set[str]:
@@ -104,3 +111,36 @@ def evaluation_config(cfg: DictConfig, run_dir: Path, overrides: list[str], trai
     reuse_tuned_weight(merged, run_dir, trained_index, overrides)
     check_tuning_is_held_out(merged, overrides)
     return merged
+
+
+def configured_model(cfg: DictConfig, overrides: list[str]) -> tuple[DictConfig, RetrievalMethod]:
+    """The config an evaluation or a search runs with, and its model.
+
+    With ``run_dir`` (or ``model_dir``) the trained run's config with the command line on top
+    (:func:`retrieval_zoo.evaluation.config.evaluation_config`) and its best checkpoint (or exported weights);
+    without, this config and an untrained method, seeded. ``overrides`` are the command line's (Hydra's task
+    overrides): what of this config goes on top of the run's.
+    """
+    if cfg.run_dir and cfg.model_dir:
+        raise ValueError("give run_dir (a train.py run) or model_dir (an export of one), not both")
+    if not (cfg.run_dir or cfg.model_dir):
+        check_config(cfg)
+        L.seed_everything(cfg.seed)  # an untrained model's initialisation, the same on every rank
+        return cfg, method(instantiate(cfg.method), "method")
+    run_dir = Path(cfg.run_dir or cfg.model_dir)
+    exported = bool(cfg.model_dir)
+    if exported:
+        manifest(run_dir)  # an exported folder, of this format: else a clear error naming the file
+    extra = {key: cfg[key] for key in ("queries",) if key in cfg}  # this command's own keys, not the run's
+    cfg = evaluation_config(cfg, run_dir, overrides, trained_config(run_dir))
+    for key, value in extra.items():
+        OmegaConf.update(cfg, key, value, force_add=True)
+    check_config(cfg)
+    return cfg, method(load(run_dir, cfg) if exported else load_trained(run_dir, cfg), str(run_dir))
+
+
+def method(model: object, source: str) -> RetrievalMethod:
+    """``model``, checked to be a retrieval method (``source`` names where its config came from)."""
+    if not isinstance(model, RetrievalMethod):
+        raise TypeError(f"{source}: the config's method is a {type(model).__name__}, not a retrieval method")
+    return model

@@ -82,28 +82,45 @@ def search(
     The index's fusion weight is tuned first on the held-out queries, and a fusion's parts are searched alone too.
     The method BM25 itself is searched once.
     """
-    model.eval()  # every method: an untrained one may hold a dense part with dropout (dhr_bm25_dense)
-    if model.trainable:
-        model.to("cuda" if torch.cuda.is_available() else "cpu")
-    tuning_split = collection.train_split
     model.cache_queries({f"{queries.split}/{q}": t for q, t in queries.queries.items()}
-                        | {f"{tuning_split}/{q}": t for q, t in queries.held_out.items()})  # fmt: skip
+                        | {f"{collection.train_split}/{q}": t for q, t in queries.held_out.items()})  # fmt: skip
     started = time.perf_counter()
     runs = {BASELINE: as_written(bm25.search(queries.queries, k))}
     seconds = {BASELINE: time.perf_counter() - started}
     started = time.perf_counter()
-    with split_over_processes():  # under DDP, an index that splits over the ranks does (Index.serve on the others)
-        retriever = index.build(model, collection, bm25, shards)
+    retriever, tuning = prepared_retriever(model, index, collection, bm25, queries, shards)
     if retriever is bm25:  # method=bm25: the baseline is the method
         return Searched(BASELINE, runs, {}, seconds, {}, retriever)
     try:
-        tuning = index.tune(retriever, queries.held_out, queries.held_out_qrels) if queries.held_out else {}
         runs[name] = as_written(retriever.search(queries.queries, k))
         seconds[name] = time.perf_counter() - started
         parts = {part: as_written(retriever.side(part, queries.queries, k)) for part in retriever.fused_parts}
     finally:
         retriever.release()  # the ranks serving a split index may go
     return Searched(name, runs, parts, seconds, tuning, retriever)
+
+
+def prepared_retriever(
+    model: RetrievalMethod, index: Index, collection: Collection, bm25: BM25, queries: QuerySet,
+    shards: CorpusShards | None = None,
+) -> tuple[Retriever, dict]:  # fmt: skip
+    """The retriever ``index`` builds over the corpus, its fusion weight tuned on ``queries.held_out`` when given.
+
+    The model is put in evaluation mode on the accelerator, if any. Returns the retriever and the tuning's record
+    ({} when nothing was tuned).
+    """
+    model.eval()  # every method: an untrained one may hold a dense part with dropout (dhr_bm25_dense)
+    if model.trainable:
+        model.to("cuda" if torch.cuda.is_available() else "cpu")
+    with split_over_processes():  # under DDP, an index that splits over the ranks does (Index.serve on the others)
+        retriever = index.build(model, collection, bm25, shards)
+    if retriever is bm25 or not queries.held_out:
+        return retriever, {}
+    try:
+        return retriever, index.tune(retriever, queries.held_out, queries.held_out_qrels)
+    except BaseException:
+        retriever.release()
+        raise
 
 
 def write_runs(searched: Searched, out_dir: Path, split: str) -> None:
