@@ -49,8 +49,30 @@ def _file_digest(path: str, inode: int, size: int, mtime_ns: int, ctime_ns: int)
 
 
 def cache_root() -> Path:
-    """Where artifacts are cached: ``$RETRIEVAL_ZOO_CACHE`` or ``~/.cache/retrieval_zoo``."""
-    return Path(os.environ.get("RETRIEVAL_ZOO_CACHE", Path.home() / ".cache" / "retrieval_zoo"))
+    """Where artifacts are cached: ``$RETRIEVAL_ZOO_CACHE`` or ``~/.cache/retrieval_zoo``, checked to be writable."""
+    given = os.environ.get("RETRIEVAL_ZOO_CACHE")
+    return writable_cache(str(given or Path.home() / ".cache" / "retrieval_zoo"), given is not None)
+
+
+@lru_cache(maxsize=8)
+def writable_cache(root: str, from_variable: bool) -> Path:
+    """``root``, created if need be, and checked once a process to be writable.
+
+    Where it cannot be written (a read-only mount, another user's folder) one error names the folder and where it came
+    from, instead of a bare ``PermissionError`` deep in whichever writer came first.
+    """
+    path = Path(root)
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=path):
+            pass
+    except OSError as error:
+        source = "RETRIEVAL_ZOO_CACHE" if from_variable else "the default cache (set RETRIEVAL_ZOO_CACHE to move it)"
+        raise PermissionError(
+            f"{path}: the artifact cache cannot be written ({error.strerror or error}); it comes "
+            f"from {source}: point RETRIEVAL_ZOO_CACHE at a folder this user can write"
+        ) from None
+    return path
 
 
 @contextmanager

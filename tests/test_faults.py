@@ -88,3 +88,15 @@ def test_concurrent_runs_on_one_fresh_cache_build_each_entry_once(tiny_dir: Path
     assert logs.count("[bm25] top-100 for 30 queries") == 1
     results = [(tmp_path / str(i) / "results.json").read_text() for i in range(4)]
     assert len({json.dumps(json.loads(r)["metrics"], sort_keys=True) for r in results}) == 1
+
+
+def test_a_cache_that_cannot_be_written_is_named_with_the_variable_that_chose_it(tmp_path: Path, monkeypatch) -> None:
+    from retrieval_zoo.cache import cache_root
+
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a folder")
+    monkeypatch.setenv("RETRIEVAL_ZOO_CACHE", str(blocker / "cache"))  # a folder cannot be made under a file
+    with pytest.raises(PermissionError, match=r"a-file/cache: the artifact cache cannot be written .*ZOO_CACHE"):
+        cache_root()
+    monkeypatch.setenv("RETRIEVAL_ZOO_CACHE", str(tmp_path / "fine"))
+    assert cache_root() == tmp_path / "fine" and (tmp_path / "fine").is_dir()

@@ -115,13 +115,14 @@ def test_dlrs_from_predicted_shards_equal_the_on_demand_ones(tiny, tiny_bm25, tm
     assert from_files.docids == on_demand.docids
 
 
-def test_a_damaged_shard_or_manifest_is_encoded_again_or_named(tmp_path) -> None:
+def test_a_damaged_shard_or_manifest_is_encoded_again_or_named(tmp_path, capsys) -> None:
     shards = CorpusShards(DOCIDS, 2, tmp_path)
     for shard in range(len(shards)):
         shards.write(shard, payload(shards.shard_docids(shard)))
     whole = shards.path(1).read_bytes()
     shards.path(1).write_bytes(whole[: len(whole) // 2])  # truncated: a full disk, a copy cut short
-    assert shards.missing() == [1] and not shards.path(1).exists()  # encoded again, not trusted
+    assert shards.missing() == [1] and not shards.path(1).exists()  # encoded again, not trusted, and said
+    assert "shard-00001.pt is damaged (not a complete torch archive): encoding shard 1 again" in capsys.readouterr().out
     shards.path(1).write_bytes(b"not a torch file")
     with pytest.raises(ValueError, match=r"shard-00001.pt: shard 1 is damaged .*delete the file"):
         shards.read(1)
