@@ -63,6 +63,7 @@ LAYERS = [  # lowest first; a module may import from its own layer and the ones 
             "reproduce",
             "export",
             "run_output",
+            "report",
         },
     ),
     ("python search", {"search_api"}),  # retrieval_zoo.Retriever: a trained run searched from Python

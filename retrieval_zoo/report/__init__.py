@@ -1,0 +1,1 @@
+"""``python -m retrieval_zoo.report``: output directories as one self-contained HTML page (see ``__main__``)."""
