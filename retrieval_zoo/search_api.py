@@ -35,7 +35,7 @@ from retrieval_zoo import retriever as contract
 from retrieval_zoo.data.collections import Collection
 from retrieval_zoo.data.formats import Run, as_written, ranked
 from retrieval_zoo.evaluation.config import configured_model
-from retrieval_zoo.evaluation.pipeline import build_collection_and_bm25, encode_for_index
+from retrieval_zoo.evaluation.pipeline import build_collection_and_bm25, encode_for_index, saved_index
 from retrieval_zoo.evaluation.stages import QuerySet, prepared_retriever, with_held_out
 from retrieval_zoo.export.exported import MANIFEST
 from retrieval_zoo.methods.method import RetrievalMethod
@@ -78,8 +78,9 @@ class Retriever:
             path: The run directory or exported folder.
             corpus: None for the run's collection; a dataset config name (``python_docstrings``); or a folder of
                 documents: BEIR's layout (``corpus.jsonl``) or MS MARCO's (``collection.tsv``).
-            index: An index config name (``union``, ``faiss``, ...) the method × index matrix allows; None for the
-                run's.
+            index: An index config name (``union``, ``faiss``, ...) the method × index matrix allows; or a folder
+                (``index_dir``, any path with a ``/``) that holds this model's saved index, loaded without encoding or
+                building, or that receives it once built; None for the run's index, built.
             overrides: Further Hydra overrides, as on ``search.py``'s command line (``eval.tune_queries=500``,
                 ``encode.cache_dir=...``).
         """
@@ -87,15 +88,19 @@ class Retriever:
         if not path.is_dir():
             raise FileNotFoundError(f"{path}: no such run directory or exported folder")
         given = [f"{'model_dir' if (path / MANIFEST).exists() else 'run_dir'}={path}", *corpus_overrides(corpus)]
-        given += [f"index={index}"] if index else []
+        if index:
+            given.append(f"index_dir={index}" if "/" in index or Path(index).is_dir() else f"index={index}")
         given += list(overrides)
         cfg, model = configured_model(composed(given), given)
         collection, bm25 = build_collection_and_bm25(cfg)
         chosen = instantiate(cfg.index)
         make_trainer = partial(instantiate(cfg.trainer, _partial_=True), default_root_dir=tempfile.gettempdir())
-        shards, _ = encode_for_index(model, chosen, collection, bm25, make_trainer, cfg.encode)
+        saved = saved_index(cfg, model, collection)
+        shards = None
+        if saved is None or saved.state() != "ready":  # a ready saved index needs no encoding
+            shards, _ = encode_for_index(model, chosen, collection, bm25, make_trainer, cfg.encode)
         queries = with_held_out(QuerySet("load", {}, {}), collection, int(cfg.eval.tune_queries))
-        searcher, tuning = prepared_retriever(model, chosen, collection, bm25, queries, shards)
+        searcher, tuning = prepared_retriever(model, chosen, collection, bm25, queries, shards, saved)
         return cls(cfg, model, collection, searcher, tuning)
 
     def search_batch(self, queries: dict[str, str], k: int = 1000) -> Run:

@@ -133,6 +133,12 @@ def test_an_exported_run_evaluates_from_its_folder_to_the_runs_own_trec_run(meth
     assert any(h.parts["lexical"] is not None for h in hits)
     with pytest.raises(ValueError, match="empty query"):
         retriever.search("  ")
+    # a saved index (index_dir): written by the first load, read by the second, the same runs
+    saved = tmp_path / "saved-index"
+    retrieval_zoo.Retriever.load(out, index=str(saved))
+    assert (saved / "index.json").exists() and (saved / "checksum.sha256").exists()
+    again = retrieval_zoo.Retriever.load(out, index=str(saved))
+    assert again.search_batch(dev, k=100) == read_run(tmp_path / "searched" / "run.dev.trec")
     export(f"run_dir={run}", f"out={out}")  # the same run again: replaced
     other_run = tmp_path / "other"
     (other_run / "checkpoints").mkdir(parents=True)

@@ -131,7 +131,7 @@ def configured_model(cfg: DictConfig, overrides: list[str]) -> tuple[DictConfig,
     exported = bool(cfg.model_dir)
     if exported:
         manifest(run_dir)  # an exported folder, of this format: else a clear error naming the file
-    extra = {key: cfg[key] for key in ("queries",) if key in cfg}  # this command's own keys, not the run's
+    extra = {key: cfg[key] for key in ("queries", "index_dir") if key in cfg}  # this command's, not the run's
     cfg = evaluation_config(cfg, run_dir, overrides, trained_config(run_dir))
     for key, value in extra.items():
         OmegaConf.update(cfg, key, value, force_add=True)

@@ -12,14 +12,17 @@ from pathlib import Path
 
 import lightning as L
 from hydra.utils import get_class, instantiate
+from lightning.pytorch.utilities import rank_zero_only
 from omegaconf import DictConfig, OmegaConf
 
+from retrieval_zoo.cache import fingerprint
 from retrieval_zoo.data.collections import Collection
 from retrieval_zoo.data.query_sets import QuerySource
-from retrieval_zoo.encoding.corpus import encode_corpus
+from retrieval_zoo.encoding.corpus import encode_corpus, weights_digest
 from retrieval_zoo.evaluation.search_runs import search_query_source
 from retrieval_zoo.evaluation.stages import evaluate_method
 from retrieval_zoo.index.index import Index, check_pair
+from retrieval_zoo.index.saved import SavedIndex, index_identity
 from retrieval_zoo.index.shards import CorpusShards
 from retrieval_zoo.lexical.lucene_bm25 import BM25
 from retrieval_zoo.methods.method import RetrievalMethod
@@ -96,7 +99,8 @@ def encode_and_evaluate(
     settings = cfg.eval
     split = settings.get("split") or collection.eval_split
     evaluate = partial(evaluate_method, model, index, collection, bm25, split, settings.k, out_dir, name,
-                       settings.tune_queries, settings.get("roc_k", 10), settings.get("explain", 0))  # fmt: skip
+                       settings.tune_queries, settings.get("roc_k", 10), settings.get("explain", 0),
+                       saved=saved_index(cfg, model, collection))  # fmt: skip
     return encode_then(cfg, model, index, collection, bm25, make_trainer, evaluate)
 
 
@@ -110,7 +114,7 @@ def encode_and_search(
         What ``search.json`` holds, on rank 0; None on the other ranks (see :func:`encode_and_evaluate`).
     """
     search = partial(search_query_source, model, index, collection, bm25, source, cfg.eval.k, out_dir, name,
-                     cfg.eval.tune_queries)  # fmt: skip
+                     cfg.eval.tune_queries, saved=saved_index(cfg, model, collection))  # fmt: skip
     return encode_then(cfg, model, index, collection, bm25, make_trainer, search)
 
 
@@ -118,13 +122,30 @@ def encode_then(
     cfg: DictConfig, model: RetrievalMethod, index: Index, collection: Collection, bm25: BM25,
     make_trainer: Callable[..., L.Trainer], then: Callable[[CorpusShards | None], dict],
 ) -> dict | None:  # fmt: skip
-    """Encode the corpus on every rank, then ``then(shards)`` on rank 0 while the other ranks serve a split index."""
+    """Encode the corpus on every rank, then ``then(shards)`` on rank 0 while the other ranks serve a split index.
+
+    With an ``index_dir`` that holds this index ready (:mod:`retrieval_zoo.index.saved`), nothing is encoded.
+    """
+    saved = saved_index(cfg, model, collection)
+    if saved is not None and saved.state() == "ready":
+        return then(None) if rank_zero_only.rank == 0 else None
     with exit_code_on_sigterm():
         shards, rank_zero = encode_for_index(model, index, collection, bm25, make_trainer, cfg.encode)
     if not rank_zero:
         index.serve(model, collection, bm25, shards)
         return None
     return then(shards)
+
+
+def saved_index(cfg: DictConfig, model: RetrievalMethod, collection: Collection) -> SavedIndex | None:
+    """The ``index_dir`` of this run's model, collection and index settings; None without one."""
+    if not cfg.get("index_dir"):
+        return None
+    model_digest = weights_digest(model) if model.trainable else fingerprint(OmegaConf.to_container(cfg.method))
+    index_config = OmegaConf.to_container(cfg.index, resolve=True)
+    identity = index_identity(str(cfg.method_name), model_digest, collection, str(cfg.index_name), index_config,
+                              model.encoding_settings())  # fmt: skip
+    return SavedIndex(cfg.index_dir, identity)
 
 
 def build_collection_and_bm25(cfg: DictConfig) -> tuple[Collection, BM25]:

@@ -14,6 +14,7 @@ from retrieval_zoo.data.collections import Collection
 from retrieval_zoo.data.query_sets import QuerySource
 from retrieval_zoo.evaluation.stages import BASELINE, QuerySet, search, with_held_out, write_runs
 from retrieval_zoo.index.index import Index
+from retrieval_zoo.index.saved import SavedIndex
 from retrieval_zoo.index.shards import CorpusShards
 from retrieval_zoo.lexical.lucene_bm25 import BM25
 from retrieval_zoo.methods.method import RetrievalMethod
@@ -22,6 +23,7 @@ from retrieval_zoo.methods.method import RetrievalMethod
 def search_query_source(
     model: RetrievalMethod, index: Index, collection: Collection, bm25: BM25, source: QuerySource, k: int,
     out_dir: Path, name: str, tune_queries: int = 0, shards: CorpusShards | None = None,
+    saved: SavedIndex | None = None,
 ) -> dict:  # fmt: skip
     """Search ``source``'s queries, write ``run.<source>.trec`` (BM25's, each fused part's) and ``search.json``.
 
@@ -36,12 +38,13 @@ def search_query_source(
         name: The method's name (the run files' tag).
         tune_queries: Held-out training queries to tune the fusion weight on first (0: the configured weight).
         shards: The corpus as the model encoded it; None encodes it on demand.
+        saved: The index's folder (``index_dir``): loaded from it when ready there, else built and written there.
 
     Returns:
         What ``search.json`` holds.
     """
     queries = with_held_out(QuerySet(source.name, source.queries, {}), collection, tune_queries)
-    searched = search(model, index, collection, bm25, queries, k, name, shards)
+    searched = search(model, index, collection, bm25, queries, k, name, shards, saved)
     write_runs(searched, out_dir, source.name)
     files = {BASELINE: f"run.{source.name}.bm25.trec", searched.system: f"run.{source.name}.trec"}
     files |= {f"{searched.system} ({part})": f"run.{source.name}.{part}.trec" for part in searched.parts}

@@ -21,6 +21,7 @@ from retrieval_zoo.evaluation.complementarity import below_best_part, complement
 from retrieval_zoo.evaluation.metrics import evaluate, format_table
 from retrieval_zoo.index.index import Index
 from retrieval_zoo.index.process_shards import split_over_processes
+from retrieval_zoo.index.saved import SavedIndex
 from retrieval_zoo.index.shards import CorpusShards
 from retrieval_zoo.lexical.lucene_bm25 import BM25
 from retrieval_zoo.methods.method import RetrievalMethod
@@ -75,7 +76,7 @@ def with_held_out(queries: QuerySet, collection: Collection, tune_queries: int) 
 
 def search(
     model: RetrievalMethod, index: Index, collection: Collection, bm25: BM25, queries: QuerySet, k: int, name: str,
-    shards: CorpusShards | None = None,
+    shards: CorpusShards | None = None, saved: SavedIndex | None = None,
 ) -> Searched:  # fmt: skip
     """BM25's run and the method's through ``index``, each scored as trec_eval scores the written file.
 
@@ -88,7 +89,7 @@ def search(
     runs = {BASELINE: as_written(bm25.search(queries.queries, k))}
     seconds = {BASELINE: time.perf_counter() - started}
     started = time.perf_counter()
-    retriever, tuning = prepared_retriever(model, index, collection, bm25, queries, shards)
+    retriever, tuning = prepared_retriever(model, index, collection, bm25, queries, shards, saved)
     if retriever is bm25:  # method=bm25: the baseline is the method
         return Searched(BASELINE, runs, {}, seconds, {}, retriever)
     try:
@@ -102,18 +103,22 @@ def search(
 
 def prepared_retriever(
     model: RetrievalMethod, index: Index, collection: Collection, bm25: BM25, queries: QuerySet,
-    shards: CorpusShards | None = None,
+    shards: CorpusShards | None = None, saved: SavedIndex | None = None,
 ) -> tuple[Retriever, dict]:  # fmt: skip
     """The retriever ``index`` builds over the corpus, its fusion weight tuned on ``queries.held_out`` when given.
 
-    The model is put in evaluation mode on the accelerator, if any. Returns the retriever and the tuning's record
-    ({} when nothing was tuned).
+    The model is put in evaluation mode on the accelerator, if any. With ``saved`` (``index_dir``), the index is
+    loaded from its folder when ready there, else built and written there. Returns the retriever and the tuning's
+    record ({} when nothing was tuned).
     """
     model.eval()  # every method: an untrained one may hold a dense part with dropout (dhr_bm25_dense)
     if model.trainable:
         model.to("cuda" if torch.cuda.is_available() else "cpu")
     with split_over_processes():  # under DDP, an index that splits over the ranks does (Index.serve on the others)
-        retriever = index.build(model, collection, bm25, shards)
+        if saved is None:
+            retriever = index.build(model, collection, bm25, shards)
+        else:
+            retriever = saved.load_or_build(index, model, collection, bm25, shards)
     if retriever is bm25 or not queries.held_out:
         return retriever, {}
     try:
@@ -188,6 +193,7 @@ def report(
 def evaluate_method(
     model: RetrievalMethod, index: Index, collection: Collection, bm25: BM25, split: str, k: int, out_dir: Path,
     name: str, tune_queries: int = 0, roc_k: int = 10, explain: int = 0, shards: CorpusShards | None = None,
+    saved: SavedIndex | None = None,
 ) -> dict:  # fmt: skip
     """The stages in order: search ``split``'s judged queries, write the runs, measure them, report.
 
@@ -204,11 +210,12 @@ def evaluate_method(
         roc_k: Cutoff of a fusion's complementarity.
         explain: Queries whose matches are explained (DLR/DHR indexes).
         shards: The corpus as the model encoded it; None encodes it on demand.
+        saved: The index's folder (``index_dir``): loaded from it when ready there, else built and written there.
 
     Returns:
         What ``results.json`` holds.
     """
     queries = query_set(collection, split, tune_queries)
-    searched = search(model, index, collection, bm25, queries, k, name, shards)
+    searched = search(model, index, collection, bm25, queries, k, name, shards, saved)
     write_runs(searched, out_dir, split)
     return report(searched, measure(searched, queries.qrels), collection, queries, k, out_dir, roc_k, explain)

@@ -76,7 +76,9 @@ def load(model_dir: str | Path, cfg: DictConfig | None = None) -> torch.nn.Modul
         raise ValueError(f"{model_dir / MANIFEST} holds method={found['method_name']}, not "
                          f"method={cfg.get('method_name')}")  # fmt: skip
     method = cfg.method if cfg is not None else trained_config(model_dir).method  # its classes where they are
-    model = instantiate(backbones_at(method, model_dir, found["encoders"]))
+    with torch.random.fork_rng():  # what the folder does not hold (an unused pooler) is the same on every load,
+        torch.manual_seed(0)  # so the weights' digest, which keys encoding caches and saved indexes, is too
+        model = instantiate(backbones_at(method, model_dir, found["encoders"]))
     from safetensors.torch import load_file
 
     missing, unexpected = model.load_state_dict(load_file(model_dir / WEIGHTS), strict=False)

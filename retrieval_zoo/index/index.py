@@ -12,6 +12,7 @@ grid's edge where the best value lies (``extend_grid``).
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import ClassVar, Generic, TypeVar
 
 from retrieval_zoo.bounds import require_choice
@@ -43,6 +44,7 @@ class Index(Generic[M]):
     """
 
     accepts: ClassVar[tuple[str, ...]] = ()
+    saves: ClassVar[bool] = False  # whether :meth:`save` and :meth:`load` keep a built index on disk (``index_dir``)
     on_demand_shard: ClassVar[int | None] = None  # documents encoded at once when no shards are given (None: all)
 
     def __init__(
@@ -91,6 +93,17 @@ class Index(Generic[M]):
     def build(self, method: M, collection: Collection, bm25: BM25, shards: CorpusShards | None = None) -> Retriever:
         """Index ``collection``'s corpus as ``method`` represents it (from its encoded ``shards`` when given)."""
         raise NotImplementedError
+
+    def save(self, retriever: Retriever, folder: Path) -> None:
+        """Write what :meth:`build` made into ``folder`` (a new, empty one), for :meth:`load`.
+
+        Only where ``saves`` is True; :class:`retrieval_zoo.index.saved.SavedIndex` writes the manifest and checksum.
+        """
+        raise NotImplementedError(f"{type(self).__name__} cannot save its index yet")
+
+    def load(self, method: M, collection: Collection, bm25: BM25, folder: Path) -> Retriever:
+        """The retriever :meth:`save` wrote into ``folder``, searching with ``method`` (nothing encoded or built)."""
+        raise NotImplementedError(f"{type(self).__name__} cannot load a saved index yet")
 
     def serve(self, method: M, collection: Collection, bm25: BM25, shards: CorpusShards | None) -> None:
         """On ranks other than 0, after evaluation's encoding: answer rank 0's searches with this rank's part.

@@ -8,6 +8,7 @@ the other part alone. No candidate union, no missing scores.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import ClassVar
 
 import numpy as np
@@ -33,11 +34,9 @@ class ConcatenatedRetriever(Retriever):
     """Search by ``a + weight·b`` over documents stored as [a ; b].
 
     Args:
-        doc_parts: Per shard of the corpus: its document ids, their (n, dim_a) first-part vectors (RoC: projected
-            BM25) and their (n, dim_b) second-part vectors (RoC: [CLS]); one faiss shard each.
+        index: The documents' [a ; b] vectors in faiss, built by :func:`concatenated_index` (or loaded).
         encode_queries: queries → ((Q, dim_a), (Q, dim_b)) vectors, in the order of the dict.
         weight: λ, the second part's weight.
-        index: The (unbuilt) faiss index to fill.
         parts: Names of the two parts, for :meth:`side`.
     """
 
@@ -45,15 +44,12 @@ class ConcatenatedRetriever(Retriever):
 
     def __init__(
         self,
-        doc_parts: list[tuple[list[str], np.ndarray, np.ndarray]],
+        index: FaissIndex,
         encode_queries: QueryEncoder,
         weight: float,
-        index: FaissIndex,
         parts: tuple[str, str] = ("lexical", "semantic"),
     ) -> None:
-        shards = [(docids, np.concatenate([a, b], axis=1)) for docids, a, b in doc_parts]
-        self.index = index.build_sharded(shards)
-        self.encode_queries, self.weight, self.parts = encode_queries, weight, parts
+        self.index, self.encode_queries, self.weight, self.parts = index, encode_queries, weight, parts
         self._last: tuple[dict[str, str], np.ndarray, np.ndarray] | None = None
 
     def _queries(self, queries: dict[str, str]) -> tuple[np.ndarray, np.ndarray]:
@@ -113,6 +109,7 @@ class Concatenated(EncodingIndex[OffersLexicalSemantic]):
     """
 
     accepts: ClassVar[tuple[str, ...]] = ("lexical_semantic",)
+    saves: ClassVar[bool] = True
 
     def __init__(
         self,
@@ -136,15 +133,35 @@ class Concatenated(EncodingIndex[OffersLexicalSemantic]):
         shards = self.corpus_shards(method, collection, bm25, shards)
         projection = method.projection
         lexical = doc_lexical_matrix(projection, bm25, shards.docids) * np.float32(method.saturation_scale(bm25.k1))
-        doc_parts = [(shards.shard_docids(s), lexical[start:stop], shards.read(s)["vectors"].numpy())
-                     for s, (start, stop) in enumerate(shards.ranges)]  # fmt: skip
+        doc_parts = [
+            (shards.shard_docids(s), np.concatenate([lexical[start:stop], shards.read(s)["vectors"].numpy()], axis=1))
+            for s, (start, stop) in enumerate(shards.ranges)
+        ]
+        index = self.faiss.faiss_index().build_sharded(doc_parts)
+        return ConcatenatedRetriever(index, query_encoder(method, bm25), self.weight)
 
-        def encode_queries(queries: dict[str, str]) -> tuple[np.ndarray, np.ndarray]:
-            texts = list(queries.values())
-            q_lex = projection.project(bm25.query_idf(texts)).numpy()
-            prep = method.query_prep()
-            q_semantic = encode_all(method.encode_query, texts, method.encode_batch_size, "queries",
-                                    prep.lengths(texts), prep.prepare)  # fmt: skip
-            return q_lex, q_semantic
+    def save(self, retriever: Retriever, folder: Path) -> None:
+        """The [d_lex ; d_sem] faiss shards of a retriever this index built."""
+        if not isinstance(retriever, ConcatenatedRetriever):
+            raise TypeError(f"{type(self).__name__} saves the retrievers it builds, not a {type(retriever).__name__}")
+        retriever.index.save(folder)
 
-        return ConcatenatedRetriever(doc_parts, encode_queries, self.weight, self.faiss.faiss_index())
+    def load(
+        self, method: OffersLexicalSemantic, collection: Collection, bm25: BM25, folder: Path
+    ) -> ConcatenatedRetriever:
+        """The saved [d_lex ; d_sem] shards, queried as :meth:`build`'s retriever is."""
+        return ConcatenatedRetriever(self.faiss.faiss_index().load(folder), query_encoder(method, bm25), self.weight)
+
+
+def query_encoder(method: OffersLexicalSemantic, bm25: BM25) -> QueryEncoder:
+    """Queries → their (projected BM25, semantic) vectors, q_lex and q_sem of RoC Eq. 11."""
+
+    def encode_queries(queries: dict[str, str]) -> tuple[np.ndarray, np.ndarray]:
+        texts = list(queries.values())
+        q_lex = method.projection.project(bm25.query_idf(texts)).numpy()
+        prep = method.query_prep()
+        q_semantic = encode_all(method.encode_query, texts, method.encode_batch_size, "queries",
+                                prep.lengths(texts), prep.prepare)  # fmt: skip
+        return q_lex, q_semantic
+
+    return encode_queries

@@ -8,6 +8,7 @@ devices. Indexes that need training (IVF, PQ) are trained once, on the first sha
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import ClassVar
 
 import faiss
@@ -45,6 +46,7 @@ class FaissIndex:
         self.docids = np.array([], dtype=str)  # every shard's ids in row order, as numpy strings (not Python objects)
         self._parts: list[faiss.Index] = []  # IndexShards does not own its shards: keep them alive
         self._gpu_resources: list = []
+        self._gpu_count = 0  # GPUs the shards were placed on (0: the CPU)
         self._rows: IdIndex | None = None  # docid → row over all shards, for candidate_scores (built on first use)
 
     def build(self, vectors: np.ndarray, docids: Sequence[str] | range) -> FaissIndex:
@@ -67,25 +69,48 @@ class FaissIndex:
                 sample.append(vectors[: self.train_size - rows])
                 rows += len(sample[-1])
             template.train(np.concatenate(sample))
-        gpus = self._gpus()
-        self._parts = []
-        for number, (_, vectors) in enumerate(shards):
-            part = faiss.clone_index(template)
-            if hasattr(part, "nprobe"):
-                part.nprobe = self.nprobe
-            if gpus:
-                part = faiss.index_cpu_to_gpu(self._gpu_resources[number % gpus], number % gpus, part)
+        parts = [self._placed(faiss.clone_index(template), number) for number in range(len(shards))]
+        for part, (_, vectors) in zip(parts, shards, strict=True):
             part.add(vectors)
-            self._parts.append(part)
-        if len(self._parts) == 1:
-            self.index = self._parts[0]
+        return self._joined(parts, np.concatenate([np.asarray(docids, dtype=str) for docids, _ in shards]))
+
+    def _placed(self, part: faiss.Index, number: int) -> faiss.Index:
+        """Shard ``number``'s index with its search settings, on its GPU when the index goes to GPUs."""
+        if hasattr(part, "nprobe"):
+            part.nprobe = self.nprobe
+        if number == 0:
+            self._gpu_count = self._gpus()
+        gpus = self._gpu_count
+        return faiss.index_cpu_to_gpu(self._gpu_resources[number % gpus], number % gpus, part) if gpus else part
+
+    def _joined(self, parts: list[faiss.Index], docids: np.ndarray) -> FaissIndex:
+        """The shards' indexes searched as one (their top k merged), over ``docids`` in row order."""
+        self._parts = parts
+        if len(parts) == 1:
+            self.index = parts[0]
         else:
-            self.index = faiss.IndexShards(dim, bool(gpus), True)  # type: ignore[call-arg]  # SWIG overload: threaded, successive ids
-            for part in self._parts:
+            self.index = faiss.IndexShards(parts[0].d, bool(self._gpu_count), True)  # type: ignore[call-arg]  # SWIG overload: threaded, successive ids
+            for part in parts:
                 self.index.add_shard(part)
-        self.docids = np.concatenate([np.asarray(docids, dtype=str) for docids, _ in shards])
-        self._rows = None
+        self.docids, self._rows = docids, None
         return self
+
+    def save(self, folder: Path) -> None:
+        """Write each shard's index (``faiss.write_index``, from the CPU) and the document ids into ``folder``."""
+        if not self._parts:
+            raise RuntimeError("save before build")
+        for number, part in enumerate(self._parts):
+            cpu = faiss.index_gpu_to_cpu(part) if self._gpu_count else part
+            faiss.write_index(cpu, str(folder / f"faiss-{number:05d}.index"))
+        np.save(folder / "docids.npy", self.docids, allow_pickle=False)
+
+    def load(self, folder: Path) -> FaissIndex:
+        """The index :meth:`save` wrote into ``folder``, with these settings (search parameters, GPUs)."""
+        files = sorted(folder.glob("faiss-*.index"))
+        if not files:
+            raise FileNotFoundError(f"{folder}: no faiss-*.index file")
+        parts = [self._placed(faiss.read_index(str(path)), number) for number, path in enumerate(files)]
+        return self._joined(parts, np.load(folder / "docids.npy", allow_pickle=False))
 
     def _gpus(self) -> int:
         """GPUs the shards go to (0: the CPU); one resource object per GPU, kept for the index's lifetime."""
@@ -158,23 +183,22 @@ class FaissIndex:
 
 
 class DenseRetriever(Retriever):
-    """A corpus's encoded ``vectors`` shards in a :class:`FaissIndex`; searches with ``encode_query``.
+    """A corpus's encoded vectors in a :class:`FaissIndex`; searches with ``encode_query``.
 
     Args:
         encode_query: Query texts → (n, dim) tensors.
-        shards: The corpus's ``vectors`` (n, dim) per shard.
-        index: The (unbuilt) faiss index to fill.
+        index: The built (or loaded) faiss index of the corpus's vectors.
         batch_size: Texts per forward pass.
         queries: How query texts are batched (``method.query_prep()``): by their length in tokens, tokens ahead.
     """
 
     def __init__(
-        self, encode_query: Callable[[list[str]], torch.Tensor], shards: CorpusShards, index: FaissIndex,
-        batch_size: int = 128, queries: QueryPrep = PLAIN_QUERIES,
+        self, encode_query: Callable[[list[str]], torch.Tensor], index: FaissIndex, batch_size: int = 128,
+        queries: QueryPrep = PLAIN_QUERIES,
     ) -> None:  # fmt: skip
         self.encode_query, self.batch_size, self.queries = encode_query, batch_size, queries
         self._last: tuple[dict[str, str], np.ndarray] | None = None
-        self.index = index.build_sharded([(ids, part["vectors"].numpy()) for ids, part in shards])
+        self.index = index
 
     def encode_queries(self, queries: dict[str, str]) -> np.ndarray:
         """Query vectors, in the order of ``queries`` (the last call's are kept for a search and its scoring)."""
@@ -210,6 +234,7 @@ class Faiss(EncodingIndex[OffersVectors]):
     """
 
     accepts: ClassVar[tuple[str, ...]] = ("vectors",)
+    saves: ClassVar[bool] = True
 
     def __init__(
         self, factory: str = "Flat", nprobe: int = 32, use_gpu: bool | str = "auto", train_size: int = 262_144
@@ -230,5 +255,16 @@ class Faiss(EncodingIndex[OffersVectors]):
     ) -> DenseRetriever:
         """The corpus's vectors in a (sharded) faiss inner-product index."""
         shards = self.corpus_shards(method, collection, bm25, shards)
-        return DenseRetriever(method.encode_query, shards, self.faiss_index(), method.encode_batch_size,
-                              method.query_prep())  # fmt: skip
+        index = self.faiss_index().build_sharded([(ids, part["vectors"].numpy()) for ids, part in shards])
+        return DenseRetriever(method.encode_query, index, method.encode_batch_size, method.query_prep())
+
+    def save(self, retriever: Retriever, folder: Path) -> None:
+        """The faiss shards of a retriever this index built."""
+        if not isinstance(retriever, DenseRetriever):
+            raise TypeError(f"{type(self).__name__} saves the retrievers it builds, not a {type(retriever).__name__}")
+        retriever.index.save(folder)
+
+    def load(self, method: OffersVectors, collection: Collection, bm25: BM25, folder: Path) -> DenseRetriever:
+        """The retriever :meth:`save` wrote, its queries encoded by ``method``."""
+        index = self.faiss_index().load(folder)
+        return DenseRetriever(method.encode_query, index, method.encode_batch_size, method.query_prep())

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import typing
+from pathlib import Path
 from typing import ClassVar, Literal
 
 from retrieval_zoo.bounds import require_choice
@@ -120,6 +121,7 @@ class Union(EncodingIndex[OffersVectors]):
     """
 
     accepts: ClassVar[tuple[str, ...]] = ("vectors",)
+    saves: ClassVar[bool] = True
 
     def __init__(
         self,
@@ -147,4 +149,15 @@ class Union(EncodingIndex[OffersVectors]):
     ) -> HybridRetriever:
         """The pipeline's BM25 beside the method's vectors in faiss."""
         dense = self.dense.build(method, collection, bm25, shards)
+        return HybridRetriever(bm25, dense, self.weight, self.weighted, self.depth, union_scores=self.union_scores)
+
+    def save(self, retriever: Retriever, folder: Path) -> None:
+        """The dense side's faiss shards (BM25's index is the collection's own, cached by content)."""
+        if not isinstance(retriever, HybridRetriever):
+            raise TypeError(f"{type(self).__name__} saves the retrievers it builds, not a {type(retriever).__name__}")
+        self.dense.save(retriever.dense, folder)
+
+    def load(self, method: OffersVectors, collection: Collection, bm25: BM25, folder: Path) -> HybridRetriever:
+        """The pipeline's BM25 beside the saved dense side."""
+        dense = self.dense.load(method, collection, bm25, folder)
         return HybridRetriever(bm25, dense, self.weight, self.weighted, self.depth, union_scores=self.union_scores)
