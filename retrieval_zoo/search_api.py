@@ -70,12 +70,14 @@ class Retriever:
 
     @classmethod
     def load(
-        cls, path: str | Path, corpus: str | Path | None = None, index: str | None = None, overrides: Sequence[str] = ()
-    ) -> Retriever:
+        cls, path: str | Path | None, corpus: str | Path | None = None, index: str | None = None,
+        overrides: Sequence[str] = (),
+    ) -> Retriever:  # fmt: skip
         """Load a run directory (``train.py``'s) or an export (``python -m retrieval_zoo.export``) and index a corpus.
 
         Args:
-            path: The run directory or exported folder.
+            path: The run directory or exported folder; None for an untrained method named in ``overrides``
+                (``method=bm25``, ``method=dlr_splade``), as ``evaluate.py`` runs one.
             corpus: None for the run's collection; a dataset config name (``python_docstrings``); or a folder of
                 documents: BEIR's layout (``corpus.jsonl``) or MS MARCO's (``collection.tsv``).
             index: An index config name (``union``, ``faiss``, ...) the method × index matrix allows; or a folder
@@ -84,10 +86,12 @@ class Retriever:
             overrides: Further Hydra overrides, as on ``search.py``'s command line (``eval.tune_queries=500``,
                 ``encode.cache_dir=...``).
         """
-        path = Path(path)
-        if not path.is_dir():
-            raise FileNotFoundError(f"{path}: no such run directory or exported folder")
-        given = [f"{'model_dir' if (path / MANIFEST).exists() else 'run_dir'}={path}", *corpus_overrides(corpus)]
+        given = corpus_overrides(corpus)
+        if path is not None:
+            path = Path(path)
+            if not path.is_dir():
+                raise FileNotFoundError(f"{path}: no such run directory or exported folder")
+            given.insert(0, f"{'model_dir' if (path / MANIFEST).exists() else 'run_dir'}={path}")
         if index:
             given.append(f"index_dir={index}" if "/" in index or Path(index).is_dir() else f"index={index}")
         given += list(overrides)

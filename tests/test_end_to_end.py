@@ -87,10 +87,15 @@ def test_train_then_evaluate(tiny_dir: Path, tmp_path: Path) -> None:
 
     # search.py: on the judged split, evaluate.py's runs byte for byte; the same texts under ids nobody judged (a
     # TSV), the same rankings
-    searched = tmp_path / "search"
-    run_app("search.py", f"run_dir={out}", "queries=dev", "eval.k=100", f"hydra.run.dir={searched}")
+    searched, saved = tmp_path / "search", tmp_path / "saved-index"
+    common = [f"run_dir={out}", "queries=dev", "eval.k=100", f"index_dir={saved}"]
+    run_app("search.py", *common, f"hydra.run.dir={searched}")
     for name in ("run.dev.trec", "run.dev.bm25.trec"):
         assert (searched / name).read_bytes() == (evaluated / name).read_bytes(), name
+    # again from the saved index: nothing encoded or built, the same run
+    stdout = run_app("search.py", *common, f"hydra.run.dir={tmp_path / 'search_saved'}")
+    assert "[index] loading the saved index" in stdout and "[encode]" not in stdout
+    assert (tmp_path / "search_saved" / "run.dev.trec").read_bytes() == (evaluated / "run.dev.trec").read_bytes()
     dev = [line.split("\t", 1) for line in (tiny_dir / "queries.dev.tsv").read_text().splitlines()]
     topics = tmp_path / "topics.tsv"
     topics.write_text("".join(f"new-{qid}\t{text}\n" for qid, text in dev), encoding="utf-8")
