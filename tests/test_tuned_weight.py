@@ -81,3 +81,12 @@ def test_tuning_holds_out_a_share_of_the_training_queries_capped_and_refuses_to_
     small = replace(tiny, qrels={**tiny.qrels, "train": few})
     with pytest.raises(ValueError, match=rf"has {MIN_TRAINING_QUERIES} judged 'train' queries; holding out 5 \(10%\)"):
         small.tuning_count(500)
+
+
+def test_a_run_of_another_method_than_the_command_line_names_is_refused_naming_both() -> None:
+    from retrieval_zoo.evaluation.config import apply_overrides
+
+    trained = OmegaConf.create({"method_name": "clear", "index_name": "union", "eval": {"k": 10}})
+    given = OmegaConf.create({"method_name": "roc", "trainer": {}, "encode": {}, "eval": {"k": 10}})
+    with pytest.raises(ValueError, match="method=roc given, but the run_dir trained method=clear"):
+        apply_overrides(trained, given, ["method=roc"])
