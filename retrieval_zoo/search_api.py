@@ -108,15 +108,22 @@ class Retriever:
         return cls(cfg, model, collection, searcher, tuning)
 
     def search_batch(self, queries: dict[str, str], k: int = 1000) -> Run:
-        """The top ``k`` of each query, qid → {docid: score}, with the scores a run file holds."""
+        """The top ``k`` of each query, qid → {docid: score}, with the scores a run file holds.
+
+        The set is tokenized once into the token cache first and batched by length, as an evaluation batches it, so
+        the runs are ``search.py``'s.
+        """
         self.model.cache_queries({f"search/{qid}": text for qid, text in queries.items()})
         return as_written(self.searcher.search(queries, k))
 
     def search(self, query: str, k: int = 10) -> list[Hit]:
-        """The top ``k`` documents for one query, best first, with each fused part's score and the text."""
+        """The top ``k`` documents for one query, best first, with each fused part's score and the text.
+
+        One query is tokenized as it comes (no token cache is written for it).
+        """
         if not query.strip():
             raise ValueError("an empty query: nothing to search")
-        found = ranked(self.search_batch({"query": query}, k)["query"])
+        found = ranked(as_written(self.searcher.search({"query": query}, k))["query"])
         parts = {part: self.part_scores(part, query) for part in self.searcher.fused_parts}
         corpus = self.collection.corpus
         return [Hit(docid, score, {part: scores.get(docid) for part, scores in parts.items()}, corpus[docid])
