@@ -65,6 +65,11 @@ def test_the_page_shows_markup_in_documents_and_queries_as_text(tmp_path) -> Non
         assert f"<th>{system}</th>" in html
     assert "queries moved most against BM25" in html and "complementarity of its parts" in html
     assert "http://" not in html and "https://" not in html  # nothing fetched
+    other = tmp_path / "run2"  # a second run of the same method: its rows and columns take its folder's name
+    shutil.copytree(tmp_path / "run", other)
+    both = main([str(tmp_path / "run"), str(other), "--out", str(tmp_path / "both.html"), "--resamples", "100"])
+    html = both.read_text(encoding="utf-8")
+    assert "<th>clear (run2)</th>" in html and "<h4>clear (run2)</h4>" in html and html.count("<h4>BM25</h4>") == 2
     with pytest.raises(FileNotFoundError, match=r"nowhere/results.json: not found"):
         main([str(tmp_path / "nowhere"), "--out", str(tmp_path / "other.html")])
 

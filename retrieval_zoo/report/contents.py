@@ -111,12 +111,15 @@ def gather(paths: list[Path], resamples: int = 10_000) -> Contents:
                              "collection and split")  # fmt: skip
     qrels = collection.qrels[split]
     runs: dict[str, Run] = {}
-    for run_dir in dirs:
+    for run_dir in dirs:  # a system named twice (two CLEAR runs) takes its directory's name the second time
+        renamed = {}
         for name, run in run_dir.runs.items():
-            shown = name if name not in runs else f"{name} ({run_dir.path.name})"
             if name == "BM25" and "BM25" in runs:
                 continue  # one BM25 row: every directory's is the same baseline
-            runs[shown] = run
+            renamed[name] = name if name not in runs else f"{name} ({run_dir.path.name})"
+            runs[renamed[name]] = run
+        run_dir.runs = {renamed.get(name, name): run for name, run in run_dir.runs.items()}
+        run_dir.system, run_dir.parts = renamed[run_dir.system], [renamed[part] for part in run_dir.parts]
     metrics = {name: evaluate(run, qrels) for name, run in runs.items()}
     comparisons = compare(runs, qrels, MEASURES, resamples=resamples) if len(runs) > 1 else []
     judged = {qid: collection.queries[split][qid] for qid in sorted(qrels) if qid in collection.queries[split]}

@@ -123,7 +123,12 @@ def query_section(contents: Contents, qid: str) -> str:
     judged = contents.qrels.get(qid, {})
     relevant = {d for d, grade in judged.items() if grade > 0}
     query = contents.queries[qid]
-    systems = [(d, name, run) for d in contents.dirs for name, run in d.runs.items()]
+    systems, seen = [], set()
+    for run_dir in contents.dirs:  # every directory's systems; BM25 once, as in the metrics table
+        for name, run in run_dir.runs.items():
+            if name not in seen:
+                systems.append((run_dir, name, run))
+                seen.add(name)
     firsts = "".join(f"<tr><th>{text(name)}</th><td>{first_relevant_rank(run.get(qid, {}), relevant) or '—'}</td></tr>"
                      for _, name, run in systems)  # fmt: skip
     rankings = {name: ranked(run.get(qid, {})) for _, name, run in systems}
