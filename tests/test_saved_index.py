@@ -6,9 +6,11 @@ import pytest
 import torch
 
 from retrieval_zoo.index.saved import CHECKSUM, MANIFEST, SavedIndex, index_identity
+from retrieval_zoo.index.terms.sparse import Sparse
 from retrieval_zoo.index.vectors.concatenated import Concatenated
 from retrieval_zoo.index.vectors.faiss import Faiss
 from retrieval_zoo.index.vectors.union import Union
+from retrieval_zoo.methods.delade import DeLADE
 from retrieval_zoo.methods.roc import RoC
 from tests.conftest import tiny_encoder
 
@@ -17,10 +19,21 @@ def identity(tiny, model: str = "m1", index: str = "union", settings: dict | Non
     return index_identity("roc", model, tiny, index, settings or {"depth": 30, "weight": 2.0}, {"doc_max_length": 16})
 
 
-@pytest.mark.parametrize("index", [Faiss(), Union(depth=30, weight=2.0), Concatenated(weight=0.5)],
-                         ids=["faiss", "union", "concatenated"])  # fmt: skip
-def test_a_saved_index_loads_to_the_runs_of_the_built_one(index, tiny, tiny_bm25, tmp_path, capsys) -> None:
-    model = RoC(tiny_encoder(pooling="cls")).eval()
+def delade() -> DeLADE:
+    return DeLADE(tiny_encoder(mlm_head=True, doc_max_length=16), cls_dim=8).eval()
+
+
+def roc() -> RoC:
+    return RoC(tiny_encoder(pooling="cls")).eval()
+
+
+@pytest.mark.parametrize(
+    ("make", "index"),
+    [(roc, Faiss()), (roc, Union(depth=30, weight=2.0)), (roc, Concatenated(weight=0.5)), (delade, Sparse())],
+    ids=["faiss", "union", "concatenated", "sparse"],
+)
+def test_a_saved_index_loads_to_the_runs_of_the_built_one(make, index, tiny, tiny_bm25, tmp_path, capsys) -> None:
+    model = make()
     queries = dict(list(tiny.judged_queries("dev").items())[:10])
     saved = SavedIndex(tmp_path / "index", identity(tiny))
     assert saved.state() == "absent"

@@ -9,18 +9,24 @@ trains on (Eq. 13). The same ``search(part=) / side / nbytes`` interface as
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from pathlib import Path
+from typing import ClassVar
+
 import torch
 
 from retrieval_zoo.data.collections import Collection
+from retrieval_zoo.data.corpus_store import corpus_ids
 from retrieval_zoo.data.formats import Run
 from retrieval_zoo.encoding.batching import PLAIN_QUERIES, QueryPrep, encode_payload
+from retrieval_zoo.id_index import IdIndex
 from retrieval_zoo.index.representations import OffersTermWeights
 from retrieval_zoo.index.shards import CorpusShards
 from retrieval_zoo.index.terms.dhr import PartEncoder, PartSearch
 from retrieval_zoo.index.terms.gip_search import default_device
 from retrieval_zoo.index.terms.term_index import TermIndex
 from retrieval_zoo.lexical.lucene_bm25 import BM25
-from retrieval_zoo.retriever import ranked_run
+from retrieval_zoo.retriever import Retriever, ranked_run
 from retrieval_zoo.term_matrix import cat_rows, columns_from, dense_rows, is_csr, nbytes, nonzeros, row_range, to_csr
 
 SCORING_FLOATS = 1 << 25  # a batch of queries densified for scoring holds at most this many floats (128 MB)
@@ -74,11 +80,29 @@ class SparseRetriever(PartSearch):
         device: torch.device | str | None = None,
         queries: QueryPrep = PLAIN_QUERIES,
     ) -> None:
+        docs, cls = lexical_matrix(shards, discard, batch_size)
+        self.hold(encode_query, docs, cls, shards.docids, lam, discard, batch_size, device, queries)
+
+    @classmethod
+    def from_matrices(
+        cls, encode_query: PartEncoder, docs: torch.Tensor, cls_vectors: torch.Tensor | None,
+        docids: Sequence[str] | IdIndex, lam: float = 1.0, discard: int = 0, batch_size: int = 128,
+        device: torch.device | str | None = None, queries: QueryPrep = PLAIN_QUERIES,
+    ) -> SparseRetriever:  # fmt: skip
+        """A retriever over matrices made before (a saved index): ``docs`` as :func:`lexical_matrix` makes them."""
+        retriever = cls.__new__(cls)
+        retriever.hold(encode_query, docs, cls_vectors, docids, lam, discard, batch_size, device, queries)
+        return retriever
+
+    def hold(
+        self, encode_query: PartEncoder, docs: torch.Tensor, cls: torch.Tensor | None, docids: Sequence[str] | IdIndex,
+        lam: float, discard: int, batch_size: int, device: torch.device | str | None, queries: QueryPrep,
+    ) -> None:  # fmt: skip
+        """Keep the corpus's matrices on the scoring device, with how queries are encoded."""
         self.encode_query, self.weight, self.discard, self.batch_size = encode_query, lam, discard, batch_size
         self.queries = queries
         self.device = torch.device(device) if device is not None else default_device()
-        docs, cls = lexical_matrix(shards, discard, batch_size)
-        self.docids = shards.docids
+        self.docids = docids
         self.docs, self.cls = docs.to(self.device), cls.to(self.device) if cls is not None else None
         self.weight_name = "semantic_weight" if cls is not None else None  # tuning sets the [CLS] part's weight
 
@@ -126,6 +150,8 @@ class Sparse(TermIndex):
     Args as in :class:`TermIndex`.
     """
 
+    saves: ClassVar[bool] = True
+
     def build(
         self, method: OffersTermWeights, collection: Collection, bm25: BM25, shards: CorpusShards | None = None
     ) -> SparseRetriever:
@@ -133,3 +159,18 @@ class Sparse(TermIndex):
         encoder, shards = self.encoder_and_shards(method, collection, bm25, shards)
         return SparseRetriever(encoder.encode_queries, shards, self.fusion_weight(encoder), encoder.discard,
                                encoder.batch_size, queries=encoder.queries)  # fmt: skip
+
+    def save(self, retriever: Retriever, folder: Path) -> None:
+        """The corpus's lexical matrix (CSR or dense) and [CLS] vectors, as one torch file."""
+        if not isinstance(retriever, SparseRetriever):
+            raise TypeError(f"{type(self).__name__} saves the retrievers it builds, not a {type(retriever).__name__}")
+        cls = retriever.cls.cpu() if retriever.cls is not None else None
+        torch.save({"docs": retriever.docs.cpu(), "cls": cls}, folder / "sparse.pt")
+
+    def load(self, method: OffersTermWeights, collection: Collection, bm25: BM25, folder: Path) -> SparseRetriever:
+        """The saved matrices over the collection's documents (the saved index's corpus), queried by ``method``."""
+        saved = torch.load(folder / "sparse.pt", map_location="cpu", weights_only=True)
+        encoder = method.term_encoder(collection, bm25)
+        return SparseRetriever.from_matrices(encoder.encode_queries, saved["docs"], saved["cls"],
+                                             corpus_ids(collection.corpus), self.fusion_weight(encoder),
+                                             encoder.discard, encoder.batch_size, queries=encoder.queries)  # fmt: skip
