@@ -35,7 +35,7 @@ from retrieval_zoo import retriever as contract
 from retrieval_zoo.data.collections import Collection
 from retrieval_zoo.data.formats import Run, as_written, ranked
 from retrieval_zoo.evaluation.config import configured_model
-from retrieval_zoo.evaluation.pipeline import build_collection_and_bm25, encode_for_index, saved_index
+from retrieval_zoo.evaluation.pipeline import build_collection_and_bm25, encode_then, saved_index
 from retrieval_zoo.evaluation.stages import QuerySet, prepared_retriever, with_held_out
 from retrieval_zoo.export.exported import MANIFEST
 from retrieval_zoo.methods.method import RetrievalMethod
@@ -100,12 +100,12 @@ class Retriever:
         chosen = instantiate(cfg.index)
         make_trainer = partial(instantiate(cfg.trainer, _partial_=True), default_root_dir=tempfile.gettempdir())
         saved = saved_index(cfg, model, collection)
-        shards = None
-        if saved is None or saved.state() != "ready":  # a ready saved index needs no encoding
-            shards, _ = encode_for_index(model, chosen, collection, bm25, make_trainer, cfg.encode)
         queries = with_held_out(QuerySet("load", {}, {}), collection, int(cfg.eval.tune_queries))
-        searcher, tuning = prepared_retriever(model, chosen, collection, bm25, queries, shards, saved)
-        return cls(cfg, model, collection, searcher, tuning)
+        prepare = partial(prepared_retriever, model, chosen, collection, bm25, queries, saved=saved)
+        prepared = encode_then(cfg, model, chosen, collection, bm25, make_trainer, prepare, saved)
+        if prepared is None:
+            raise RuntimeError("Retriever.load searches in one process: not under a multi-process trainer")
+        return cls(cfg, model, collection, *prepared)
 
     def search_batch(self, queries: dict[str, str], k: int = 1000) -> Run:
         """The top ``k`` of each query, qid → {docid: score}, with the scores a run file holds.

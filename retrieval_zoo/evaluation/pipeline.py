@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from functools import partial
 from pathlib import Path
+from typing import TypeVar
 
 import lightning as L
 from hydra.utils import get_class, instantiate
@@ -29,6 +30,7 @@ from retrieval_zoo.methods.method import RetrievalMethod
 from retrieval_zoo.resume import exit_code_on_sigterm
 
 CONF = Path(__file__).resolve().parents[1] / "conf"  # shipped with the package
+T = TypeVar("T")
 
 
 def identity(cfg: DictConfig) -> dict[str, str]:
@@ -96,12 +98,12 @@ def encode_and_evaluate(
         What ``results.json`` holds, on rank 0; None on the other ranks, which serve an index split over the ranks
         while rank 0 searches it, and return after.
     """
-    settings = cfg.eval
+    settings, saved = cfg.eval, saved_index(cfg, model, collection)
     split = settings.get("split") or collection.eval_split
     evaluate = partial(evaluate_method, model, index, collection, bm25, split, settings.k, out_dir, name,
                        settings.tune_queries, settings.get("roc_k", 10), settings.get("explain", 0),
-                       saved=saved_index(cfg, model, collection))  # fmt: skip
-    return encode_then(cfg, model, index, collection, bm25, make_trainer, evaluate)
+                       saved=saved)  # fmt: skip
+    return encode_then(cfg, model, index, collection, bm25, make_trainer, evaluate, saved)
 
 
 def encode_and_search(
@@ -113,20 +115,20 @@ def encode_and_search(
     Returns:
         What ``search.json`` holds, on rank 0; None on the other ranks (see :func:`encode_and_evaluate`).
     """
+    saved = saved_index(cfg, model, collection)
     search = partial(search_query_source, model, index, collection, bm25, source, cfg.eval.k, out_dir, name,
-                     cfg.eval.tune_queries, saved=saved_index(cfg, model, collection))  # fmt: skip
-    return encode_then(cfg, model, index, collection, bm25, make_trainer, search)
+                     cfg.eval.tune_queries, saved=saved)  # fmt: skip
+    return encode_then(cfg, model, index, collection, bm25, make_trainer, search, saved)
 
 
 def encode_then(
     cfg: DictConfig, model: RetrievalMethod, index: Index, collection: Collection, bm25: BM25,
-    make_trainer: Callable[..., L.Trainer], then: Callable[[CorpusShards | None], dict],
-) -> dict | None:  # fmt: skip
+    make_trainer: Callable[..., L.Trainer], then: Callable[[CorpusShards | None], T], saved: SavedIndex | None = None,
+) -> T | None:  # fmt: skip
     """Encode the corpus on every rank, then ``then(shards)`` on rank 0 while the other ranks serve a split index.
 
-    With an ``index_dir`` that holds this index ready (:mod:`retrieval_zoo.index.saved`), nothing is encoded.
+    With a ``saved`` index folder (``index_dir``) that holds this index ready, nothing is encoded.
     """
-    saved = saved_index(cfg, model, collection)
     if saved is not None and saved.state() == "ready":
         return then(None) if rank_zero_only.rank == 0 else None
     with exit_code_on_sigterm():

@@ -22,7 +22,7 @@ import json
 from pathlib import Path
 from typing import Literal
 
-from retrieval_zoo.cache import atomic_path
+from retrieval_zoo.cache import atomic_path, file_digest
 from retrieval_zoo.data.collections import Collection
 from retrieval_zoo.index.index import Index
 from retrieval_zoo.index.shards import CorpusShards
@@ -104,13 +104,14 @@ class SavedIndex:
 
 
 def folder_checksum(folder: Path, files: list[str]) -> str:
-    """SHA-256 over ``index.json`` and each of ``files`` (name and bytes), in name order."""
+    """SHA-256 over ``index.json`` and each of ``files`` (name and content digest), in name order.
+
+    Each file's digest is :func:`retrieval_zoo.cache.file_digest`'s, remembered while the file keeps its size and
+    time stamps, so checking a folder again in the same process (before loading it) reads nothing twice.
+    """
     digest = hashlib.sha256()
     for name in [MANIFEST, *files]:
-        digest.update(name.encode() + b"\0")
-        with open(folder / name, "rb") as f:
-            for block in iter(lambda: f.read(1 << 20), b""):
-                digest.update(block)
+        digest.update(f"{name}\0{file_digest(folder / name)}\n".encode())
     return digest.hexdigest()
 
 
