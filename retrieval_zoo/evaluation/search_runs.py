@@ -12,7 +12,7 @@ from pathlib import Path
 from retrieval_zoo.cache import write_json
 from retrieval_zoo.data.collections import Collection
 from retrieval_zoo.data.query_sets import QuerySource
-from retrieval_zoo.evaluation.stages import BASELINE, QuerySet, search, with_held_out, write_runs
+from retrieval_zoo.evaluation.stages import QuerySet, search, with_held_out, write_runs
 from retrieval_zoo.index.index import Index
 from retrieval_zoo.index.saved import SavedIndex
 from retrieval_zoo.index.shards import CorpusShards
@@ -45,9 +45,7 @@ def search_query_source(
     """
     queries = with_held_out(QuerySet(source.name, source.queries, {}), collection, tune_queries)
     searched = search(model, index, collection, bm25, queries, k, name, shards, saved)
-    write_runs(searched, out_dir, source.name)
-    files = {BASELINE: f"run.{source.name}.bm25.trec", searched.system: f"run.{source.name}.trec"}
-    files |= {f"{searched.system} ({part})": f"run.{source.name}.{part}.trec" for part in searched.parts}
+    files = write_runs(searched, out_dir, source.name)
     summary = {
         "system": searched.system, "collection": collection.name,
         "collection_fingerprint": collection.fingerprint,

@@ -128,12 +128,20 @@ def prepared_retriever(
         raise
 
 
-def write_runs(searched: Searched, out_dir: Path, split: str) -> None:
-    """``run.<split>.bm25.trec``, the method's ``run.<split>.trec`` and ``run.<split>.<part>.trec`` per part."""
-    write_run(out_dir / f"run.{split}.bm25.trec", searched.runs[BASELINE], tag=BASELINE)
-    write_run(out_dir / f"run.{split}.trec", searched.runs[searched.system], tag=searched.system)
+def write_runs(searched: Searched, out_dir: Path, split: str) -> dict[str, str]:
+    """``run.<split>.bm25.trec``, the method's ``run.<split>.trec`` and ``run.<split>.<part>.trec`` per part.
+
+    Returns:
+        System (as :func:`measure` names it) → the file name of its run (BM25's own where the method is BM25).
+    """
+    files = {BASELINE: f"run.{split}.bm25.trec"}
+    write_run(out_dir / files[BASELINE], searched.runs[BASELINE], tag=BASELINE)
+    files[searched.system] = f"run.{split}.trec"
+    write_run(out_dir / files[searched.system], searched.runs[searched.system], tag=searched.system)
     for part, run in searched.parts.items():
-        write_run(out_dir / f"run.{split}.{part}.trec", run, tag=f"{searched.system}_{part}")
+        files[f"{searched.system} ({part})"] = f"run.{split}.{part}.trec"
+        write_run(out_dir / files[f"{searched.system} ({part})"], run, tag=f"{searched.system}_{part}")
+    return files
 
 
 def measure(searched: Searched, qrels: Qrels) -> dict[str, dict[str, float]]:
