@@ -63,7 +63,7 @@ def quantized_reference(engine: ImpactRetriever, shards: CorpusShards, folder: P
             row[discard:] = impacts / scale
         return lexical, None
 
-    return SparseRetriever(encode_query, quantized, discard=discard, batch_size=engine.batch_size)
+    return SparseRetriever.from_shards(encode_query, quantized, discard=discard, batch_size=engine.batch_size)
 
 
 def main() -> None:

@@ -30,7 +30,7 @@ def test_sparse_search_by_hand() -> None:
         return {"lexical": lexical, "cls": cls}
 
     shards = CorpusShards.on_demand(list(corpus), encode_shard, 2)  # two shards: "a", "b" and "c"
-    retriever = SparseRetriever(encode, shards, lam=0.5, discard=1, batch_size=2)
+    retriever = SparseRetriever.from_shards(encode, shards, lam=0.5, discard=1, batch_size=2)
     run = retriever.search({"x": "q1", "y": "q2"}, 3)
     # id 0 is discarded. q1: a = 1·2 + 2·1 + 0.5·1 = 4.5, b = 0.5·2 = 1, c = 1·3 = 3; q2: a = 0.5, b = 4 + 1.5 = 5.5,
     # c = 3.

@@ -30,6 +30,7 @@ from retrieval_zoo.retriever import Represented, Retriever
 TENTHS_TO_TWO = tuple(round(0.1 * i, 1) for i in range(21))  # 0, 0.1, ..., 2.0: a fusion weight's default grid
 M = TypeVar("M", bound=Represented)  # what an index reads of a method: a Protocol of index/representations.py
 E = TypeVar("E", bound=Encodes)
+R = TypeVar("R", bound=Retriever)
 
 
 class Index(Generic[M]):
@@ -100,6 +101,12 @@ class Index(Generic[M]):
         Only where ``saves`` is True; :class:`retrieval_zoo.index.saved.SavedIndex` writes the manifest and checksum.
         """
         raise NotImplementedError(f"{type(self).__name__} cannot save its index yet")
+
+    def built_here(self, retriever: Retriever, kind: type[R]) -> R:
+        """``retriever``, checked to be the ``kind`` this index builds: the only one its :meth:`save` can write."""
+        if not isinstance(retriever, kind):
+            raise TypeError(f"{type(self).__name__} saves the retrievers it builds, not a {type(retriever).__name__}")
+        return retriever
 
     def load(self, method: M, collection: Collection, bm25: BM25, folder: Path) -> Retriever:
         """The retriever :meth:`save` wrote into ``folder``, searching with ``method`` (nothing encoded or built)."""

@@ -62,7 +62,9 @@ class SparseRetriever(PartSearch):
 
     Args:
         encode_query: Query texts → ((n, |V|) lexical, (n, c) [CLS] or None) vectors.
-        shards: The corpus's ``lexical`` (n, |V|) and optional ``cls`` (n, c) vectors, by shard.
+        docs: The corpus's lexical matrix, as :func:`lexical_matrix` makes it (CSR or dense), rows in corpus order.
+        cls: Its (n, c) [CLS] vectors, or None.
+        docids: The documents of the rows.
         lam: λ of the [CLS] part (Eq. 13).
         discard: Leading vocabulary ids zeroed, as the DLR drops them.
         batch_size: Texts per forward pass, and queries scored together.
@@ -73,38 +75,30 @@ class SparseRetriever(PartSearch):
     def __init__(
         self,
         encode_query: PartEncoder,
-        shards: CorpusShards,
+        docs: torch.Tensor,
+        cls: torch.Tensor | None,
+        docids: Sequence[str] | IdIndex,
         lam: float = 1.0,
         discard: int = 0,
         batch_size: int = 128,
         device: torch.device | str | None = None,
         queries: QueryPrep = PLAIN_QUERIES,
     ) -> None:
-        docs, cls = lexical_matrix(shards, discard, batch_size)
-        self.hold(encode_query, docs, cls, shards.docids, lam, discard, batch_size, device, queries)
-
-    @classmethod
-    def from_matrices(
-        cls, encode_query: PartEncoder, docs: torch.Tensor, cls_vectors: torch.Tensor | None,
-        docids: Sequence[str] | IdIndex, lam: float = 1.0, discard: int = 0, batch_size: int = 128,
-        device: torch.device | str | None = None, queries: QueryPrep = PLAIN_QUERIES,
-    ) -> SparseRetriever:  # fmt: skip
-        """A retriever over matrices made before (a saved index): ``docs`` as :func:`lexical_matrix` makes them."""
-        retriever = cls.__new__(cls)
-        retriever.hold(encode_query, docs, cls_vectors, docids, lam, discard, batch_size, device, queries)
-        return retriever
-
-    def hold(
-        self, encode_query: PartEncoder, docs: torch.Tensor, cls: torch.Tensor | None, docids: Sequence[str] | IdIndex,
-        lam: float, discard: int, batch_size: int, device: torch.device | str | None, queries: QueryPrep,
-    ) -> None:  # fmt: skip
-        """Keep the corpus's matrices on the scoring device, with how queries are encoded."""
         self.encode_query, self.weight, self.discard, self.batch_size = encode_query, lam, discard, batch_size
         self.queries = queries
         self.device = torch.device(device) if device is not None else default_device()
         self.docids = docids
         self.docs, self.cls = docs.to(self.device), cls.to(self.device) if cls is not None else None
         self.weight_name = "semantic_weight" if cls is not None else None  # tuning sets the [CLS] part's weight
+
+    @classmethod
+    def from_shards(
+        cls, encode_query: PartEncoder, shards: CorpusShards, lam: float = 1.0, discard: int = 0, batch_size: int = 128,
+        device: torch.device | str | None = None, queries: QueryPrep = PLAIN_QUERIES,
+    ) -> SparseRetriever:  # fmt: skip
+        """A retriever over the corpus's ``lexical`` (n, |V|) and optional ``cls`` (n, c) vectors, by shard."""
+        docs, cls_vectors = lexical_matrix(shards, discard, batch_size)
+        return cls(encode_query, docs, cls_vectors, shards.docids, lam, discard, batch_size, device, queries)
 
     @property
     def nbytes(self) -> int:
@@ -157,20 +151,19 @@ class Sparse(TermIndex):
     ) -> SparseRetriever:
         """The corpus's term vectors as one sparse (or dense, when denser) matrix."""
         encoder, shards = self.encoder_and_shards(method, collection, bm25, shards)
-        return SparseRetriever(encoder.encode_queries, shards, self.fusion_weight(encoder), encoder.discard,
-                               encoder.batch_size, queries=encoder.queries)  # fmt: skip
+        return SparseRetriever.from_shards(encoder.encode_queries, shards, self.fusion_weight(encoder), encoder.discard,
+                                           encoder.batch_size, queries=encoder.queries)  # fmt: skip
 
     def save(self, retriever: Retriever, folder: Path) -> None:
         """The corpus's lexical matrix (CSR or dense) and [CLS] vectors, as one torch file."""
-        if not isinstance(retriever, SparseRetriever):
-            raise TypeError(f"{type(self).__name__} saves the retrievers it builds, not a {type(retriever).__name__}")
-        cls = retriever.cls.cpu() if retriever.cls is not None else None
-        torch.save({"docs": retriever.docs.cpu(), "cls": cls}, folder / "sparse.pt")
+        built = self.built_here(retriever, SparseRetriever)
+        cls = built.cls.cpu() if built.cls is not None else None
+        torch.save({"docs": built.docs.cpu(), "cls": cls}, folder / "sparse.pt")
 
     def load(self, method: OffersTermWeights, collection: Collection, bm25: BM25, folder: Path) -> SparseRetriever:
         """The saved matrices over the collection's documents (the saved index's corpus), queried by ``method``."""
         saved = torch.load(folder / "sparse.pt", map_location="cpu", weights_only=True)
         encoder = method.term_encoder(collection, bm25)
-        return SparseRetriever.from_matrices(encoder.encode_queries, saved["docs"], saved["cls"],
-                                             corpus_ids(collection.corpus), self.fusion_weight(encoder),
-                                             encoder.discard, encoder.batch_size, queries=encoder.queries)  # fmt: skip
+        return SparseRetriever(encoder.encode_queries, saved["docs"], saved["cls"], corpus_ids(collection.corpus),
+                               self.fusion_weight(encoder), encoder.discard, encoder.batch_size,
+                               queries=encoder.queries)  # fmt: skip

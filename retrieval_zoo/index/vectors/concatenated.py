@@ -34,7 +34,7 @@ class ConcatenatedRetriever(Retriever):
     """Search by ``a + weight·b`` over documents stored as [a ; b].
 
     Args:
-        index: The documents' [a ; b] vectors in faiss, built by :func:`concatenated_index` (or loaded).
+        index: The documents' [a ; b] vectors in faiss (built by :meth:`Concatenated.build`, or loaded).
         encode_queries: queries → ((Q, dim_a), (Q, dim_b)) vectors, in the order of the dict.
         weight: λ, the second part's weight.
         parts: Names of the two parts, for :meth:`side`.
@@ -142,9 +142,7 @@ class Concatenated(EncodingIndex[OffersLexicalSemantic]):
 
     def save(self, retriever: Retriever, folder: Path) -> None:
         """The [d_lex ; d_sem] faiss shards of a retriever this index built."""
-        if not isinstance(retriever, ConcatenatedRetriever):
-            raise TypeError(f"{type(self).__name__} saves the retrievers it builds, not a {type(retriever).__name__}")
-        retriever.index.save(folder)
+        self.built_here(retriever, ConcatenatedRetriever).index.save(folder)
 
     def load(
         self, method: OffersLexicalSemantic, collection: Collection, bm25: BM25, folder: Path

@@ -69,17 +69,16 @@ class FaissIndex:
                 sample.append(vectors[: self.train_size - rows])
                 rows += len(sample[-1])
             template.train(np.concatenate(sample))
+        self._gpu_count = self._gpus()
         parts = [self._placed(faiss.clone_index(template), number) for number in range(len(shards))]
         for part, (_, vectors) in zip(parts, shards, strict=True):
             part.add(vectors)
         return self._joined(parts, np.concatenate([np.asarray(docids, dtype=str) for docids, _ in shards]))
 
     def _placed(self, part: faiss.Index, number: int) -> faiss.Index:
-        """Shard ``number``'s index with its search settings, on its GPU when the index goes to GPUs."""
+        """Shard ``number``'s index with its search settings, on its GPU when there are GPUs (``_gpu_count``)."""
         if hasattr(part, "nprobe"):
             part.nprobe = self.nprobe
-        if number == 0:
-            self._gpu_count = self._gpus()
         gpus = self._gpu_count
         return faiss.index_cpu_to_gpu(self._gpu_resources[number % gpus], number % gpus, part) if gpus else part
 
@@ -109,6 +108,7 @@ class FaissIndex:
         files = sorted(folder.glob("faiss-*.index"))
         if not files:
             raise FileNotFoundError(f"{folder}: no faiss-*.index file")
+        self._gpu_count = self._gpus()
         parts = [self._placed(faiss.read_index(str(path)), number) for number, path in enumerate(files)]
         return self._joined(parts, np.load(folder / "docids.npy", allow_pickle=False))
 
@@ -260,9 +260,7 @@ class Faiss(EncodingIndex[OffersVectors]):
 
     def save(self, retriever: Retriever, folder: Path) -> None:
         """The faiss shards of a retriever this index built."""
-        if not isinstance(retriever, DenseRetriever):
-            raise TypeError(f"{type(self).__name__} saves the retrievers it builds, not a {type(retriever).__name__}")
-        retriever.index.save(folder)
+        self.built_here(retriever, DenseRetriever).index.save(folder)
 
     def load(self, method: OffersVectors, collection: Collection, bm25: BM25, folder: Path) -> DenseRetriever:
         """The retriever :meth:`save` wrote, its queries encoded by ``method``."""

@@ -153,9 +153,7 @@ class Union(EncodingIndex[OffersVectors]):
 
     def save(self, retriever: Retriever, folder: Path) -> None:
         """The dense side's faiss shards (BM25's index is the collection's own, cached by content)."""
-        if not isinstance(retriever, HybridRetriever):
-            raise TypeError(f"{type(self).__name__} saves the retrievers it builds, not a {type(retriever).__name__}")
-        self.dense.save(retriever.dense, folder)
+        self.dense.save(self.built_here(retriever, HybridRetriever).dense, folder)
 
     def load(self, method: OffersVectors, collection: Collection, bm25: BM25, folder: Path) -> HybridRetriever:
         """The pipeline's BM25 beside the saved dense side."""
