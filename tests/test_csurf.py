@@ -256,8 +256,8 @@ def test_inverted_index_equals_brute_force_with_the_training_score(vector_dim: i
     corpus = {d: tiny.corpus[d] for d in docids}
     queries = dict(list(tiny.judged_queries("dev").items())[:6])
     # One encoder batch each way, so the index and the brute force score bit-identical CSFs.
-    retriever = CsfRetriever(model.encode_query, bag_shards(model, corpus, 64), model.vocab_size, prune_threshold=0.0,
-                             query_batch_size=8, device=device)  # fmt: skip
+    retriever = CsfRetriever.from_shards(model.encode_query, bag_shards(model, corpus, 64), model.vocab_size,
+                                         prune_threshold=0.0, query_batch_size=8, device=device)  # fmt: skip
     run = retriever.search(queries, k=10)
     with torch.no_grad():
         brute = model.score(model.encode_query(list(queries.values())), model.encode_doc(list(corpus.values())))
@@ -289,7 +289,8 @@ def test_compiled_scoring_gives_the_eager_scores_to_rounding(tiny) -> None:
     runs = []
     for compiled in (False, True):
         shards = bag_shards(model, corpus, 64)
-        runs.append(CsfRetriever(model.encode_query, shards, model.vocab_size, compiled=compiled).search(queries, 20))
+        retriever = CsfRetriever.from_shards(model.encode_query, shards, model.vocab_size, compiled=compiled)
+        runs.append(retriever.search(queries, 20))
     for qid in queries:  # the same documents with the same scores, to float32 rounding
         assert runs[1][qid].keys() == runs[0][qid].keys()
         assert all(runs[1][qid][d] == pytest.approx(s, rel=1e-5, abs=1e-6) for d, s in runs[0][qid].items())
@@ -298,8 +299,8 @@ def test_compiled_scoring_gives_the_eager_scores_to_rounding(tiny) -> None:
 def test_pruned_index_drops_postings_and_efficiency_counts_them(tiny) -> None:
     model = sparse_model(vector_dim=4, doc_max_length=16)
     corpus = {d: tiny.corpus[d] for d in list(tiny.corpus)[:20]}
-    full = CsfRetriever(model.encode_query, bag_shards(model, corpus, 7), model.vocab_size, prune_fraction=0.0)
-    half = CsfRetriever(model.encode_query, bag_shards(model, corpus, 7), model.vocab_size, prune_fraction=0.5)
+    full, half = (CsfRetriever.from_shards(model.encode_query, bag_shards(model, corpus, 7), model.vocab_size,
+                                           prune_fraction=alpha) for alpha in (0.0, 0.5))  # fmt: skip
     assert len(half.shards) == 3  # α is the share of the whole corpus's postings, whatever the shards
     assert half.postings_count == full.postings_count - int(0.5 * full.postings_count)
     weights = {name: torch.cat([p.weight for p, _ in r.shards]) for name, r in (("full", full), ("half", half))}

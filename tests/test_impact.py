@@ -66,7 +66,7 @@ def test_bmp_scores_the_quantized_inner_product_worked_by_hand() -> None:
     rows[17][1] = 1.0  # 128
     rows[30][2], rows[30][4] = 2.0, 0.5  # 255, 64
     rows[39][5] = 1.0  # matches no query term
-    retriever = BmpRetriever(query_encoder({"q": [0.0, 1.0, 0.5, 0.0, 0.0, 0.0]}), corpus(rows), lam=1.0,
+    retriever = BmpRetriever.from_shards(query_encoder({"q": [0.0, 1.0, 0.5, 0.0, 0.0, 0.0]}), corpus(rows), lam=1.0,
                              discard=0, block_size=8, rescore=False)  # fmt: skip
     run = retriever.search({"q1": "q"}, 10)
     scale = 255 / 2.0 * 32  # the query's impacts: 32 and 16
@@ -82,10 +82,10 @@ def test_rescoring_ranks_bmps_documents_by_the_float_query_against_their_impacts
     rows[4][2] = 2.0  # d4: impact 255 on term 2 (scale 255 / 2)
     rows[9][1] = 1.0  # d9: impact 128 on term 1
     encode = query_encoder({"q": [0.0, 1.0, 0.51, 0.0, 0.0, 0.0]})  # BMP's query impacts: 32 and round(16.32) = 16
-    coarse = BmpRetriever(encode, corpus(rows), lam=1.0, discard=0, block_size=4, rescore=False)
+    coarse = BmpRetriever.from_shards(encode, corpus(rows), lam=1.0, discard=0, block_size=4, rescore=False)
     # 32 levels: d9 = 32 · 128 = 4,096 beats d4 = 16 · 255 = 4,080, though 1.0 · 128 < 0.51 · 255 = 130.05
     assert list(coarse.search({"q1": "q"}, 10)["q1"]) == ["d9", "d4"]
-    rescored = BmpRetriever(encode, corpus(rows), lam=1.0, discard=0, block_size=4)
+    rescored = BmpRetriever.from_shards(encode, corpus(rows), lam=1.0, discard=0, block_size=4)
     run = rescored.search({"q1": "q"}, 10)["q1"]
     assert list(run) == ["d4", "d9"]
     assert run == pytest.approx({"d4": 0.51 * 255 / 127.5, "d9": 1.0 * 128 / 127.5}, rel=1e-7)  # float32 weights
@@ -98,7 +98,7 @@ def test_a_query_past_16_bits_still_finds_its_top_documents() -> None:
         rows = [[0.0] * terms for _ in range(16)]
         rows[5], rows[9] = [1.0] * terms, [0.9] * terms  # 255 and 230 on every term: 12 · 32 · 255 would wrap around
         for rescore, score in ((False, kept), (True, terms)):  # BMP's score: the kept terms, at 21 or 8 levels;
-            retriever = BmpRetriever(query_encoder({"q": [1.0] * terms}), corpus(rows), lam=1.0, discard=0,
+            retriever = BmpRetriever.from_shards(query_encoder({"q": [1.0] * terms}), corpus(rows), lam=1.0, discard=0,
                                      block_size=4, rescore=rescore)  # fmt: skip
             run = retriever.search({"q1": "q"}, 2)["q1"]
             assert list(run) == ["d5", "d9"] and retriever.pruned_queries == pruned
@@ -111,7 +111,7 @@ def test_the_cls_part_reranks_the_engines_candidates_and_searches_alone() -> Non
     cls = [[0.0, 0.0] for _ in range(16)]
     cls[7], cls[11] = [3.0, 0.0], [5.0, 0.0]  # d11 matches no term: the engine never returns it
     encode = query_encoder({"q": [0.0, 1.0, 0.0, 0.0, 0.0, 0.0]}, {"q": [1.0, 0.0]})
-    retriever = BmpRetriever(encode, corpus(rows, cls), lam=1.0, discard=0, block_size=4)
+    retriever = BmpRetriever.from_shards(encode, corpus(rows, cls), lam=1.0, discard=0, block_size=4)
     fused = retriever.search({"q1": "q"}, 10)
     assert list(fused["q1"]) == ["d7", "d2"] and fused["q1"]["d7"] == pytest.approx(1.0 * 128 / 127.5 + 3.0)
     lexical = retriever.search({"q1": "q"}, 10, part="lexical")["q1"]
@@ -133,7 +133,7 @@ def test_bad_settings_and_too_many_terms_are_clear_errors(monkeypatch) -> None:
     monkeypatch.setattr(bmp_index, "TERM_LIMIT", 2)
     rows = [[1.0, 1.0, 1.0, 0.0, 0.0, 0.0]] * 16
     with pytest.raises(ValueError, match="3 distinct terms; BMP .* indexes at most 2"):
-        BmpRetriever(query_encoder({}), corpus(rows), lam=1.0, discard=0)
+        BmpRetriever.from_shards(query_encoder({}), corpus(rows), lam=1.0, discard=0)
 
 
 def engine_runs(index, tmp_path) -> tuple[dict, dict, object]:

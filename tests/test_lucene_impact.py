@@ -15,7 +15,7 @@ def test_lucene_scores_the_quantized_inner_product_worked_by_hand(tmp_path) -> N
     rows[4][2], rows[4][4] = 2.0, 0.5  # 255, 64 (63.75)
     rows[5][5] = 1.0  # matches no query term
     encode = query_encoder({"q": [0.0, 1.0, 0.4, 0.0, 0.0, 0.0], "none": [0.0, 0.0, 0.0, 1.0, 0.0, 0.0]})
-    retriever = LuceneImpactRetriever(encode, corpus(rows), lam=1.0, discard=0, folder=tmp_path, threads=1)
+    retriever = LuceneImpactRetriever.from_shards(encode, corpus(rows), lam=1.0, discard=0, folder=tmp_path, threads=1)
     run = retriever.search({"q1": "q", "q2": "none"}, 10)
     scale = 255 / 2.0 * 1000  # the query's impacts: 1000 and 400
     expected = {"d0": (1000 * 255 + 400 * 128) / scale, "d3": 1000 * 128 / scale, "d4": 400 * 255 / scale}
@@ -28,7 +28,7 @@ def test_lucene_scores_the_quantized_inner_product_worked_by_hand(tmp_path) -> N
 
 def test_query_impacts_put_the_largest_weight_at_query_levels_and_leave_out_unmatched_terms(tmp_path) -> None:
     rows = [[1.0, 1.0, 1.0, 0.0, 0.0, 0.0]]
-    retriever = LuceneImpactRetriever(query_encoder({}), corpus(rows), lam=1.0, discard=0, query_levels=10,
+    retriever = LuceneImpactRetriever.from_shards(query_encoder({}), corpus(rows), lam=1.0, discard=0, query_levels=10,
                                       folder=tmp_path, threads=1)  # fmt: skip
     impacts, scale = retriever.query_impacts(torch.tensor([0.5, 2.0, 0.26, 3.0, 0.0, 0.0]))
     assert scale == pytest.approx(10 / 3.0) and impacts.tolist() == [2, 7, 1, 0, 0, 0]  # term 3: no document
@@ -40,7 +40,9 @@ def test_the_cls_part_reranks_the_engines_candidates(tmp_path) -> None:
     cls = [[0.0, 0.0] for _ in range(12)]
     cls[7], cls[11] = [3.0, 0.0], [5.0, 0.0]  # d11 matches no term: the engine never returns it
     encode = query_encoder({"q": [0.0, 1.0, 0.0, 0.0, 0.0, 0.0]}, {"q": [1.0, 0.0]})
-    retriever = LuceneImpactRetriever(encode, corpus(rows, cls), lam=1.0, discard=0, folder=tmp_path, threads=1)
+    retriever = LuceneImpactRetriever.from_shards(
+        encode, corpus(rows, cls), lam=1.0, discard=0, folder=tmp_path, threads=1
+    )
     fused = retriever.search({"q1": "q"}, 10)["q1"]
     assert list(fused) == ["d7", "d2"] and fused["d7"] == pytest.approx(128 / 127.5 + 3.0, rel=1e-6)
     assert list(retriever.search({"q1": "q"}, 10, part="lexical")["q1"]) == ["d2", "d7"]

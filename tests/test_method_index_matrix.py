@@ -2,7 +2,8 @@
 
 No hand-kept table: a pair is compatible when the index accepts a representation the method produces. A compatible
 pair builds its retriever on the tiny collection and must return what brute force over the method's own encodings
-gives; the same index built from the corpus cut into 11 shards (37 documents each) must return the one-shard run.
+gives; the same index built from the corpus cut into 11 shards (37 documents each) must return the one-shard run, and
+an index that saves (``index_dir``) must load from its folder to the same runs.
 An incompatible pair fails with a message naming both and the compatible indexes.
 
 Each pair encodes the corpus twice, once whole and once in eleven shards: brute force scores the whole encoding the
@@ -164,7 +165,7 @@ def pool(tiny, tiny_bm25):
 
 @pytest.mark.parametrize("index_name", INDEXES)
 @pytest.mark.parametrize("method_name", METHODS)
-def test_method_index(method_name: str, index_name: str, tiny, tiny_bm25, pool) -> None:
+def test_method_index(method_name: str, index_name: str, tiny, tiny_bm25, pool, tmp_path) -> None:
     cfg = composed(method_name, index_name)
     if not pair_is_compatible(cfg):
         with pytest.raises(ValueError, match=f"index={index_name} cannot search method={method_name}.*indexes for"):
@@ -187,6 +188,12 @@ def test_method_index(method_name: str, index_name: str, tiny, tiny_bm25, pool) 
             return
         retriever = index.build(model, tiny, tiny_bm25, one_shard)
         run = retriever.search(queries, K)
+        if index.saves:  # index_dir: what the index saves loads to the same runs, each part's too
+            index.save(retriever, tmp_path)
+            loaded = index.load(model, tiny, tiny_bm25, tmp_path)
+            assert loaded.search(queries, K) == run
+            for part in retriever.fused_parts:
+                assert loaded.side(part, queries, K) == retriever.side(part, queries, K)
     engine = isinstance(retriever, ImpactRetriever)  # it returns only documents its quantized impacts match
     assert all(0 < len(docs) <= K or engine and not docs for docs in run.values()) and any(run.values())
     expected = brute_force(model, index, retriever, tiny, tiny_bm25, queries, corpus)

@@ -9,7 +9,7 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-from retrieval_zoo.index.csurf.csf import CsfRetriever
+from retrieval_zoo.index.csurf.csf import CsfRetriever, InvertedLists
 from retrieval_zoo.index.process_shards import lowest_share_masks, merge_rows, own_shards, split_over_processes
 from tests.test_csurf import bag_shards, sparse_model
 from tests.test_ddp_losses import free_port
@@ -57,13 +57,20 @@ def rank_main(rank: int, port: int, out: str, corpus: dict[str, str], queries: d
     torch.manual_seed(0)
     model = sparse_model(vector_dim=8, doc_max_length=24)
     shards = bag_shards(model, corpus, 7)
-    whole = CsfRetriever(model.encode_query, shards, model.vocab_size, device="cpu")  # outside: every list, no split
+    whole = CsfRetriever.from_shards(model.encode_query, shards, model.vocab_size, device="cpu")  # outside: no split
     with split_over_processes():  # as evaluation builds it
         own = own_shards(5)
         masks = lowest_share_masks([tied_weights(s) for s in own], own, 5, 0.37)
-        retriever = CsfRetriever(model.encode_query, shards, model.vocab_size, prune_fraction=0.3, device="cpu",
-                                 vector_dtype="float16")  # fmt: skip
-    assert len(whole.shards) == 6 and not whole._sharded.split and retriever._sharded.split
+        retriever = CsfRetriever.from_shards(model.encode_query, shards, model.vocab_size, prune_fraction=0.3,
+                                             device="cpu", vector_dtype="float16")  # fmt: skip
+    assert len(whole.shards) == 6 and not whole.split and retriever.split
+    assert "split over the processes" in InvertedLists().save_refusal(retriever)  # a share is not the index
+    saved = Path(f"{out}.saved{rank}")
+    saved.mkdir()
+    whole.save(saved)
+    with split_over_processes():  # a saved index, loaded where evaluation loads it, is held whole by this process
+        loaded = CsfRetriever.load(model.encode_query, saved, shards.docids)
+    assert not loaded.split and loaded.search(queries, 10) == whole.search(queries, 10)
     if rank == 0:
         run = retriever.search(queries, 10)
         retriever.release()
@@ -88,8 +95,8 @@ def test_two_gloo_ranks_search_their_halves_and_merge_to_one_process(tiny, tmp_p
     assert [r["lists"] for r in ranks] == [3, 3]  # 40 documents in 6 shards of 7: shards 0, 2, 4 and 1, 3, 5
     torch.manual_seed(0)
     model = sparse_model(vector_dim=8, doc_max_length=24)
-    one = CsfRetriever(model.encode_query, bag_shards(model, corpus, 7), model.vocab_size, prune_fraction=0.3,
-                       device="cpu", vector_dtype="float16")  # fmt: skip
+    one = CsfRetriever.from_shards(model.encode_query, bag_shards(model, corpus, 7), model.vocab_size,
+                                   prune_fraction=0.3, device="cpu", vector_dtype="float16")  # fmt: skip
     assert one.search(queries, 10) == ranks[0]["run"]
     assert one.postings_count == ranks[0]["postings"]
     single = one.efficiency()

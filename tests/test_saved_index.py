@@ -19,6 +19,17 @@ def identity(tiny, model: str = "m1", index: str = "union", settings: dict | Non
     return index_identity("roc", model, tiny, index, settings or {"depth": 30, "weight": 2.0}, {"doc_max_length": 16})
 
 
+class FaissInAFolder(Faiss):
+    """Its files in a folder of their own, as an engine keeps them (a Lucene index, BMP's forward index)."""
+
+    def save(self, retriever, folder):
+        (folder / "engine").mkdir()
+        super().save(retriever, folder / "engine")
+
+    def load(self, method, collection, bm25, folder):
+        return super().load(method, collection, bm25, folder / "engine")
+
+
 def delade() -> DeLADE:
     return DeLADE(tiny_encoder(mlm_head=True, doc_max_length=16), cls_dim=8).eval()
 
@@ -29,8 +40,14 @@ def roc() -> RoC:
 
 @pytest.mark.parametrize(
     ("make", "index"),
-    [(roc, Faiss()), (roc, Union(depth=30, weight=2.0)), (roc, Concatenated(weight=0.5)), (delade, Sparse())],
-    ids=["faiss", "union", "concatenated", "sparse"],
+    [
+        (roc, Faiss()),
+        (roc, Union(depth=30, weight=2.0)),
+        (roc, Concatenated(weight=0.5)),
+        (delade, Sparse()),
+        (roc, FaissInAFolder()),
+    ],
+    ids=["faiss", "union", "concatenated", "sparse", "subfolder"],
 )
 def test_a_saved_index_loads_to_the_runs_of_the_built_one(make, index, tiny, tiny_bm25, tmp_path, capsys) -> None:
     model = make()
@@ -47,6 +64,10 @@ def test_a_saved_index_loads_to_the_runs_of_the_built_one(make, index, tiny, tin
             assert loaded.side(part, queries, 20) == built.side(part, queries, 20)
     manifest = json.loads((tmp_path / "index" / MANIFEST).read_text())
     assert manifest["built_from"]["corpus"] == tiny.corpus_fingerprint and manifest["bytes"] > 0
+    inside = [name for name in manifest["files"] if "/" in name]  # an engine's own folder: each file checked
+    if inside:
+        (tmp_path / "index" / inside[0]).write_bytes(b"")
+        assert saved.state() == "damaged" and "do not match" in saved.problem
 
 
 def test_another_models_index_is_refused_and_a_damaged_one_rebuilt(tiny, tiny_bm25, tmp_path, capsys) -> None:

@@ -19,7 +19,7 @@ def test_with_nothing_pruned_seismic_returns_the_exact_inner_products() -> None:
     rows[4][2], rows[4][4] = 2.0, 0.5
     rows[5][5] = 1.0  # matches no query term
     queries = {"q": [0.0, 1.0, 0.4, 0.0, 0.0, 0.0], "r": [0.0, 0.0, 0.0, 0.0, 2.0, 0.0], "none": [0.0] * VOCAB}
-    retriever = SeismicRetriever(query_encoder(queries), corpus(rows), lam=1.0, discard=0, **EXHAUSTIVE)
+    retriever = SeismicRetriever.from_shards(query_encoder(queries), corpus(rows), lam=1.0, discard=0, **EXHAUSTIVE)
     run = retriever.search({"q1": "q", "q2": "r", "q3": "none"}, 10)
     assert list(run["q1"]) == ["d0", "d3", "d4"]  # only matching documents, best first, each query its own
     expected = {"d0": 2.0 + 0.4, "d3": 1.0, "d4": 0.8}
@@ -35,7 +35,7 @@ def test_discarded_ids_are_left_out_and_the_cls_part_reranks() -> None:
     cls = [[0.0, 0.0] for _ in range(12)]
     cls[7], cls[11] = [3.0, 0.0], [5.0, 0.0]
     encode = query_encoder({"q": [9.0, 1.0, 0.0, 0.0, 0.0, 0.0]}, {"q": [1.0, 0.0]})
-    retriever = SeismicRetriever(encode, corpus(rows, cls), lam=1.0, discard=1, **EXHAUSTIVE)
+    retriever = SeismicRetriever.from_shards(encode, corpus(rows, cls), lam=1.0, discard=1, **EXHAUSTIVE)
     fused = retriever.search({"q1": "q"}, 10)["q1"]
     assert list(fused) == ["d7", "d2"] and fused["d7"] == pytest.approx(1.0 + 3.0, rel=1e-3)
     assert list(retriever.search({"q1": "q"}, 10, part="lexical")["q1"]) == ["d2", "d7"]
@@ -46,7 +46,7 @@ def test_pruning_settings_reach_the_engine() -> None:
     for number in range(40):
         rows[number][1] = 1.0 + number / 40  # one term, 40 postings
     encode = query_encoder({"q": [0.0, 1.0, 0.0, 0.0, 0.0, 0.0]})
-    pruned = SeismicRetriever(encode, corpus(rows), lam=1.0, discard=0, n_postings=5, threads=1)
+    pruned = SeismicRetriever.from_shards(encode, corpus(rows), lam=1.0, discard=0, n_postings=5, threads=1)
     kept = pruned.search({"q1": "q"}, 40)["q1"]
     assert 0 < len(kept) < 40 and list(kept)[0] == "d39"  # the list kept its highest-weighted documents
 
@@ -72,5 +72,7 @@ def test_a_near_dense_document_is_refused_before_the_engine_builds() -> None:
     rows[3][1] = 1.0
     rows[17] = [1.0] * VOCAB  # every term: the 18th document, in the second shard of 16
     with pytest.raises(ValueError, match=r"document row 17 has 6 non-zero term weights, over index.max_doc_terms=5"):
-        SeismicRetriever(query_encoder({}), corpus(rows), lam=1.0, discard=0, max_doc_terms=5, threads=1)
-    SeismicRetriever(query_encoder({}), corpus(rows), lam=1.0, discard=0, max_doc_terms=6, threads=1)  # at the limit
+        SeismicRetriever.from_shards(query_encoder({}), corpus(rows), lam=1.0, discard=0, max_doc_terms=5, threads=1)
+    SeismicRetriever.from_shards(
+        query_encoder({}), corpus(rows), lam=1.0, discard=0, max_doc_terms=6, threads=1
+    )  # at the limit

@@ -102,6 +102,10 @@ class Index(Generic[M]):
         """
         raise NotImplementedError(f"{type(self).__name__} cannot save its index yet")
 
+    def save_refusal(self, retriever: Retriever) -> str:
+        """Why :meth:`save` cannot write ``retriever`` (for a message); "" when it can."""
+        return "" if self.saves else "cannot be saved yet"
+
     def built_here(self, retriever: Retriever, kind: type[R]) -> R:
         """``retriever``, checked to be the ``kind`` this index builds: the only one its :meth:`save` can write."""
         if not isinstance(retriever, kind):

@@ -47,6 +47,16 @@ def split_over_processes() -> Iterator[None]:
         _SPLIT.reset(token)
 
 
+@contextmanager
+def whole_on_this_process() -> Iterator[None]:
+    """An index made inside holds every shard on this process, even in :func:`split_over_processes` (a saved one)."""
+    token = _SPLIT.set(False)
+    try:
+        yield
+    finally:
+        _SPLIT.reset(token)
+
+
 def split_world() -> tuple[int, int]:
     """(rank, ranks) an index is split over: the process group's inside :func:`split_over_processes`, else (0, 1)."""
     return world() if _SPLIT.get() else (0, 1)

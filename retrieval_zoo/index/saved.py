@@ -1,9 +1,9 @@
 """A built index kept in a folder (``index_dir=...``), loaded by later searches and evaluations.
 
-The folder holds the index family's own files (:meth:`Index.save`: faiss shards, ...), ``index.json`` (what it was
-built from: the method and its weights' digest, the collection and its corpus fingerprint, the index config and
-encoding settings; the files' sizes) and ``checksum.sha256``, written last: the SHA-256 of ``index.json`` and of every
-file. A folder is
+The folder holds the index family's own files (:meth:`Index.save`: faiss shards, a Lucene index's folder, BMP's or
+Seismic's file, CSurF's lists, ...), ``index.json`` (what it was built from: the method and its weights' digest, the
+collection and its corpus fingerprint, the index config and encoding settings; the files' sizes) and
+``checksum.sha256``, written last: the SHA-256 of ``index.json`` and of every file, subfolders' included. A folder is
 
 - *ready* when its checksum holds and it was built from this model, corpus and settings: it is loaded, nothing encoded
   or built;
@@ -86,15 +86,14 @@ class SavedIndex:
         if state == "damaged":
             print(f"[index] {self.folder} is damaged ({self.problem}): building it again")
         retriever = index.build(method, collection, bm25, shards)
-        if not index.saves:
-            print(
-                f"[index] index={self.identity['index']} cannot be saved yet: built, nothing written to {self.folder}"
-            )
+        refusal = index.save_refusal(retriever)
+        if refusal:
+            print(f"[index] index={self.identity['index']} {refusal}: built, nothing written to {self.folder}")
             return retriever
         with atomic_path(self.folder) as tmp:
             tmp.mkdir()
             index.save(retriever, tmp)
-            files = sorted(p.name for p in tmp.iterdir())
+            files = sorted(path.relative_to(tmp).as_posix() for path in tmp.rglob("*") if path.is_file())
             sizes = {name: (tmp / name).stat().st_size for name in files}
             manifest = {"format": FORMAT, "built_from": self.identity, "files": sizes, "bytes": sum(sizes.values())}
             (tmp / MANIFEST).write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n", encoding="utf-8")
@@ -104,7 +103,7 @@ class SavedIndex:
 
 
 def folder_checksum(folder: Path, files: list[str]) -> str:
-    """SHA-256 over ``index.json`` and each of ``files`` (name and content digest), in name order.
+    """SHA-256 over ``index.json`` and each of ``files`` (relative path and content digest), in path order.
 
     Each file's digest is :func:`retrieval_zoo.cache.file_digest`'s, remembered while the file keeps its size and
     time stamps, so checking a folder again in the same process (before loading it) reads nothing twice.

@@ -17,19 +17,23 @@ per query and per document), the all-to-all operation count a ColBERT-style soft
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
+from pathlib import Path
 from typing import ClassVar
 
 import torch
 
 from retrieval_zoo.data.collections import Collection
+from retrieval_zoo.data.corpus_store import corpus_ids
 from retrieval_zoo.data.formats import Run
 from retrieval_zoo.encoding.batching import PLAIN_QUERIES, QueryPrep, Texts, prepared_batches
+from retrieval_zoo.id_index import IdIndex
+from retrieval_zoo.index.csurf.lists import ListTotals, build_lists, load_lists, save_lists
 from retrieval_zoo.index.csurf.payload import (
     BagEncoder,
     VectorDtype,
     bags_to,
     encode_bags_payload,
-    payload_bags,
     storage_dtype,
     token_counts,
 )
@@ -39,12 +43,11 @@ from retrieval_zoo.index.process_shards import (
     all_sum,
     check_share,
     gather_topk,
-    lowest_share_masks,
     merge_rows,
-    own_shards,
     rank_zeros,
     split_over_processes,
     split_world,
+    whole_on_this_process,
 )
 from retrieval_zoo.index.representations import OffersCsfBags
 from retrieval_zoo.index.shards import CorpusShards, Payload
@@ -59,20 +62,18 @@ class CsfRetriever(Retriever):
 
     Under a process group of D ranks (evaluation under ``trainer=ddp``) each rank holds the lists of its own shards
     (:mod:`retrieval_zoo.index.process_shards`), rank 0 searches, the others :meth:`serve`, and the ranks' top k are
-    merged by one all-gather a batch: the same ranking as one process holding every list.
+    merged by one all-gather a batch: the same ranking as one process holding every list. :meth:`from_shards` builds
+    the lists.
 
     Args:
         encode_query: Query texts → their bags of CSFs.
-        shards: The corpus's bags of CSFs by shard (:func:`encode_bags_payload`).
-        vocab_size: |V|, the number of surface forms.
-        prune_threshold: Postings with a weight below it are not indexed (1e-8 in the paper; 0 keeps every CSF).
-        prune_fraction: α, the lowest-weight share of the remaining postings (of the whole corpus) removed.
+        lists: This rank's shards' lists, each with its first corpus row.
+        docids: The corpus's documents, in row order.
+        totals: The whole corpus's counts (:class:`ListTotals`).
         query_batch_size: Queries scored at a time.
         device: Where the lists live and are scored (default: the GPU when present), with the same tensor ops on
             either, in float32.
         queries: How query texts are batched: by their length in tokens, tokens prepared ahead.
-        vector_dtype: How the postings' vectors are stored: ``float32``, or ``float16`` / ``bfloat16`` (half the
-            bytes; each pair is still scored in float32).
         compiled: Score pairs with one torch.compile'd kernel a block (see
             :func:`~retrieval_zoo.lexical.csf_bags.max_sum_scores`): the same scores to float32 rounding, not the
             same bits.
@@ -80,6 +81,29 @@ class CsfRetriever(Retriever):
 
     def __init__(
         self,
+        encode_query: BagEncoder,
+        lists: list[tuple[Postings, int]],
+        docids: Sequence[str] | IdIndex,
+        totals: ListTotals,
+        query_batch_size: int = 8,
+        device: torch.device | str | None = None,
+        queries: QueryPrep = PLAIN_QUERIES,
+        compiled: bool = False,
+    ) -> None:
+        self.encode_query, self.docids, self.query_batch_size = encode_query, docids, query_batch_size
+        self.compiled, self.queries, self.totals = compiled, queries, totals
+        self.device = torch.device(device) if device is not None else default_device()
+        self.shards = [(postings.to(self.device), first_row) for postings, first_row in lists]
+        self.rank_nbytes = sum(p.nbytes for p, _ in self.shards)  # this rank's lists
+        self.postings_count, self.list_lengths = totals.postings_count, totals.list_lengths
+        self.measured_nbytes, self.index_seconds = totals.measured_nbytes, totals.index_seconds
+        self._sharded = ShardedSearch(self._search)
+        self._query_forms = torch.zeros(len(totals.list_lengths))
+        self._queries, self._query_csfs, self._query_tokens, self._pairs, self._search_seconds = 0, 0, 0.0, 0, 0.0
+
+    @classmethod
+    def from_shards(
+        cls,
         encode_query: BagEncoder,
         shards: CorpusShards,
         vocab_size: int,
@@ -90,48 +114,37 @@ class CsfRetriever(Retriever):
         queries: QueryPrep = PLAIN_QUERIES,
         vector_dtype: VectorDtype = "float32",
         compiled: bool = False,
-    ) -> None:
-        self.encode_query, self.docids, self.query_batch_size = encode_query, shards.docids, query_batch_size
-        self.compiled = compiled
-        self.queries = queries
-        self.device = torch.device(device) if device is not None else default_device()
-        started = time.perf_counter()
-        own, tokens, unpruned = own_shards(len(shards)), torch.zeros(1), 0
+    ) -> CsfRetriever:
+        """The lists of the corpus's bags of CSFs by shard (:func:`encode_bags_payload`), |V| = ``vocab_size``.
 
-        def indexed(shard: int) -> CsfBags:  # the shard's CSFs of weight ≥ prune_threshold
-            bags = payload_bags(shards.read(shard))
-            return bags.select(bags.weight >= prune_threshold)
+        :func:`~retrieval_zoo.index.csurf.lists.build_lists` says what ``prune_threshold``, ``prune_fraction`` and
+        ``vector_dtype`` do; the other arguments as the class's.
+        """
+        device = torch.device(device) if device is not None else default_device()
+        lists, totals = build_lists(shards, vocab_size, prune_threshold, prune_fraction, device, vector_dtype)
+        return cls(encode_query, lists, shards.docids, totals, query_batch_size, device, queries, compiled)
 
-        # α needs every weight before any list is cut. Shards in files are read twice, so that one shard at a time is
-        # in memory beside the lists; shards encoded on demand (validation) are kept, not encoded twice.
-        held = {} if shards.folder is not None or not prune_fraction else {s: indexed(s) for s in own}
-        keep = dict.fromkeys(own)
-        if prune_fraction:
-            weights = [(held[s] if s in held else indexed(s)).weight for s in own]
-            keep = dict(zip(own, lowest_share_masks(weights, own, len(shards), prune_fraction), strict=True))
-        self.shards: list[tuple[Postings, int]] = []  # each shard's lists and its first corpus row
-        for shard in own:
-            shard_bags = held.pop(shard) if shard in held else indexed(shard)
-            tokens, unpruned = tokens + token_counts(shard_bags).sum(), unpruned + len(shard_bags.weight)
-            mask = keep[shard]
-            if mask is not None:
-                shard_bags = shard_bags.select(mask)
-            postings = Postings.build(shard_bags, vocab_size)
-            postings.doc, postings.source = postings.doc.int(), postings.source.short()
-            self.shards.append((postings.to(self.device, storage_dtype(vector_dtype)), shards.ranges[shard][0]))
-        self.unpruned = int(all_sum(torch.tensor([unpruned]))[0])
-        self.rank_nbytes = sum(p.nbytes for p, _ in self.shards)  # this rank's lists
-        local = [sum(len(p.weight) for p, _ in self.shards), self.rank_nbytes]
-        totals = all_sum(torch.tensor(local))  # of all ranks' lists
-        self.postings_count, self.measured_nbytes = int(totals[0]), int(totals[1])
-        lengths = [p.list_lengths().cpu() for p, _ in self.shards]  # n_t: postings of form t
-        no_lists = torch.zeros(vocab_size, dtype=torch.long)  # a rank that holds no shard
-        self.list_lengths = all_sum(torch.stack(lengths).sum(0) if lengths else no_lists)
-        self.index_seconds = time.perf_counter() - started
-        self.doc_tokens = float(all_sum(tokens)[0]) / len(self.docids)
-        self._sharded = ShardedSearch(self._search)
-        self._query_forms = torch.zeros(vocab_size)
-        self._queries, self._query_csfs, self._query_tokens, self._pairs, self._search_seconds = 0, 0, 0.0, 0, 0.0
+    def save(self, folder: Path) -> None:
+        """Each shard's lists and the corpus's totals into ``folder`` (:func:`.lists.save_lists`).
+
+        Only a retriever that holds every list (one process) can be saved: under DDP each rank holds its share.
+        """
+        if self.split:
+            raise ValueError("the CSF lists are split over the processes: save them from one process")
+        save_lists(self.shards, self.totals, folder)
+
+    @classmethod
+    def load(cls, encode_query: BagEncoder, folder: Path, docids: Sequence[str] | IdIndex, query_batch_size: int = 8,
+             queries: QueryPrep = PLAIN_QUERIES, compiled: bool = False) -> CsfRetriever:  # fmt: skip
+        """The lists :meth:`save` wrote into ``folder``, held whole by this process (under DDP too)."""
+        lists, totals = load_lists(folder)
+        with whole_on_this_process():
+            return cls(encode_query, lists, docids, totals, query_batch_size, queries=queries, compiled=compiled)
+
+    @property
+    def split(self) -> bool:
+        """Whether this process holds only its share of the lists (DDP evaluation)."""
+        return self._sharded.split
 
     @property
     def lexical_nonzero(self) -> float:
@@ -200,11 +213,11 @@ class CsfRetriever(Retriever):
             "csf_per_query": self._query_csfs / self._queries,
             "csf_per_doc": self.lexical_nonzero,
             "tokens_per_query": tokens_per_query,
-            "tokens_per_doc": self.doc_tokens,
+            "tokens_per_doc": self.totals.doc_tokens,
             "e_ops": float((n_q * n_d).sum()),
-            "all_to_all_ops": tokens_per_query * self.doc_tokens,
+            "all_to_all_ops": tokens_per_query * self.totals.doc_tokens,
             "pairs_per_query": self._pairs / self._queries,
-            "postings_pruned_share": 1 - self.postings_count / max(1, self.unpruned),
+            "postings_pruned_share": 1 - self.postings_count / max(1, self.totals.unpruned),
             "index_seconds": self.index_seconds,
             "ms_per_query": 1000 * self._search_seconds / self._queries,
         }
@@ -224,6 +237,8 @@ class InvertedLists(EncodingIndex[OffersCsfBags]):
     """
 
     accepts: ClassVar[tuple[str, ...]] = ("csf_bags",)
+
+    saves: ClassVar[bool] = True
 
     def __init__(
         self,
@@ -254,6 +269,21 @@ class InvertedLists(EncodingIndex[OffersCsfBags]):
     ) -> CsfRetriever:
         """Inverted lists of the corpus's CSFs, one set per shard."""
         shards = self.corpus_shards(method, collection, bm25, shards)
-        return CsfRetriever(method.encode_query, shards, method.vocab_size, self.prune_threshold, self.prune_fraction,
-                            self.query_batch_size, queries=method.query_prep(),
-                            vector_dtype=self.vector_dtype, compiled=self.compile)  # fmt: skip
+        return CsfRetriever.from_shards(method.encode_query, shards, method.vocab_size, self.prune_threshold,
+                                        self.prune_fraction, self.query_batch_size, queries=method.query_prep(),
+                                        vector_dtype=self.vector_dtype, compiled=self.compile)  # fmt: skip
+
+    def save_refusal(self, retriever: Retriever) -> str:
+        """Lists split over the processes (evaluation under DDP) are not saved: each process holds its share."""
+        if self.built_here(retriever, CsfRetriever).split:
+            return "is split over the processes (each holds its share of the lists): evaluate on one to save it"
+        return ""
+
+    def save(self, retriever: Retriever, folder: Path) -> None:
+        """The lists this index built, held whole by this process."""
+        self.built_here(retriever, CsfRetriever).save(folder)
+
+    def load(self, method: OffersCsfBags, collection: Collection, bm25: BM25, folder: Path) -> CsfRetriever:
+        """The saved lists, held whole by this process, searched with ``method``'s query bags."""
+        return CsfRetriever.load(method.encode_query, folder, corpus_ids(collection.corpus), self.query_batch_size,
+                                 method.query_prep(), self.compile)  # fmt: skip

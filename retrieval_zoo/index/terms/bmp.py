@@ -35,98 +35,108 @@ from __future__ import annotations
 
 import shutil
 import tempfile
-from itertools import chain
 from pathlib import Path
+from typing import ClassVar
 
 import numpy as np
 import torch
 
 from retrieval_zoo.data.collections import Collection
+from retrieval_zoo.data.corpus_store import corpus_ids
 from retrieval_zoo.encoding.batching import QueryPrep
 from retrieval_zoo.evaluation.metrics import Measure
 from retrieval_zoo.index.representations import OffersTermWeights
 from retrieval_zoo.index.shards import CorpusShards
-from retrieval_zoo.index.terms.bmp_engine import LEVELS, QUERY_LEVELS, ciff_to_bmp, import_bmp, query_impacts
-from retrieval_zoo.index.terms.ciff_format import spill, term_lists, write_ciff
+from retrieval_zoo.index.terms.bmp_engine import (
+    FORWARD,
+    INDEX,
+    LEVELS,
+    QUERY_LEVELS,
+    SENTINEL,
+    SENTINEL_DOC,
+    bmp_files,
+    import_bmp,
+    query_impacts,
+)
 from retrieval_zoo.index.terms.dhr import PartEncoder
 from retrieval_zoo.index.terms.forward_impacts import ForwardImpacts
-from retrieval_zoo.index.terms.impact import Hits, ImpactRetriever, as_query
+from retrieval_zoo.index.terms.impact import Hits, ImpactCorpus, ImpactRetriever, as_query
 from retrieval_zoo.index.terms.term_index import DHR_GRID, TermIndex
 from retrieval_zoo.lexical.lucene_bm25 import BM25
+from retrieval_zoo.retriever import Retriever
 from retrieval_zoo.term_matrix import each_row
 
 TERM_LIMIT = 65_536  # bmp 0.2.8 numbers terms in 16 bits
 ANCHOR = "\x00"  # a term no document has: at QUERY_LEVELS it keeps BMP from rescaling the query
-SENTINEL = "\x01"  # the term of the sentinel block, queued last by every query (at weight 1)
-SENTINEL_DOC = "s"  # the sentinel documents' names (real documents are named by their row number)
 
 
 class BmpRetriever(ImpactRetriever):
     """A corpus's term weights in a BMP index, searched by its block-max pruning (module docstring).
 
+    :meth:`from_shards` builds one.
+
     Args:
         encode_query: Query texts → ((n, |V|) lexical, (n, c) [CLS] or None) vectors.
-        shards: The corpus's ``lexical`` (n, |V|) and optional ``cls`` (n, c) vectors, by shard.
-        lam: λ of the [CLS] part, as indexed.
+        corpus: What is kept of the corpus beside the index (its scale, largest impacts, [CLS] part).
+        path: The BMP index file.
+        forward: The forward index that re-scores BMP's documents, or None (no re-scoring).
+        lam: λ of the [CLS] part.
         discard: Leading vocabulary ids that are never used (BERT's), left out of the index.
         candidates: Documents the engine returns by the lexical part for the fused re-ranking.
         oversample: The engine is asked for ``oversample`` × k documents, of which the top k are kept (see above).
-        block_size: Documents per block of the BMP index.
         alpha: BMP's α (1: exact); β (1: exact) is ``beta``.
         beta: BMP's β.
-        rescore: Re-score the documents BMP returns with the query's float weights (module docstring).
         batch_size: Queries encoded together.
         queries: How query texts are batched (``method.query_prep()``).
-        folder: Where the index file is written (default: a temporary folder that lives with the retriever).
+        keep: A temporary folder holding the files, removed with the retriever.
     """
 
     name = "bmp"
 
     def __init__(
-        self, encode_query: PartEncoder, shards: CorpusShards, lam: float, discard: int, candidates: int = 1000,
-        oversample: int = 2, block_size: int = 32, alpha: float = 1.0, beta: float = 1.0, rescore: bool = True,
-        batch_size: int = 128, queries: QueryPrep | None = None, folder: str | Path | None = None,
+        self, encode_query: PartEncoder, corpus: ImpactCorpus, path: Path, forward: ForwardImpacts | None, lam: float,
+        discard: int, candidates: int = 1000, oversample: int = 2, alpha: float = 1.0, beta: float = 1.0,
+        batch_size: int = 128, queries: QueryPrep | None = None, keep: tempfile.TemporaryDirectory[str] | None = None,
     ) -> None:  # fmt: skip
         bmp = import_bmp()
-        super().__init__(encode_query, shards, lam, discard, LEVELS, candidates, batch_size, queries)
-        terms = int((self.term_max > 0).sum())
+        super().__init__(encode_query, corpus, lam, discard, candidates, batch_size, queries)
+        self.path, self.forward, self._folder = Path(path), forward, keep
+        self.oversample, self.alpha, self.beta, self.pruned_queries = oversample, alpha, beta, 0
+        self.measured_nbytes = self.path.stat().st_size + (self.cls.numel() * 4 if self.cls is not None else 0)
+        self.measured_nbytes += forward.nbytes if forward is not None else 0
+        self.searcher = bmp.Searcher(str(self.path))
+
+    @classmethod
+    def from_shards(
+        cls, encode_query: PartEncoder, shards: CorpusShards, lam: float, discard: int, candidates: int = 1000,
+        oversample: int = 2, block_size: int = 32, alpha: float = 1.0, beta: float = 1.0, rescore: bool = True,
+        batch_size: int = 128, queries: QueryPrep | None = None, folder: str | Path | None = None,
+    ) -> BmpRetriever:  # fmt: skip
+        """Index the corpus's ``lexical`` (n, |V|) vectors by shard, in blocks of ``block_size`` documents.
+
+        With ``rescore``, BMP's documents are re-scored with the query's float weights against their 8-bit impacts
+        (module docstring). The files go into ``folder`` (default: a temporary folder that lives with the retriever).
+        """
+        import_bmp()
+        corpus = ImpactCorpus.scan(shards, discard, LEVELS)
+        terms = int((corpus.term_max > 0).sum())
         if terms > TERM_LIMIT:
             raise ValueError(f"the corpus has {terms:,} distinct terms; BMP (bmp 0.2.8, 16-bit term ids) indexes at "
                              f"most {TERM_LIMIT:,}: use index=sparse or index=gip")  # fmt: skip
-        self.oversample, self.alpha, self.beta, self.pruned_queries = oversample, alpha, beta, 0
-        self.forward: ForwardImpacts | None = None
-        self._folder: tempfile.TemporaryDirectory[str] | None = None  # removed with the retriever
+        keep = None
         if folder is None:
-            self._folder = tempfile.TemporaryDirectory(prefix="retrieval_zoo-bmp-")
-            folder = self._folder.name
-        root = Path(folder)
-        path, ciff = root / "index.bmp", self._write_ciff(shards, discard, block_size, root, rescore)
-        ciff_to_bmp(ciff, path, block_size)
-        ciff.unlink()
-        self.measured_nbytes = path.stat().st_size + (self.cls.numel() * 4 if self.cls is not None else 0)
-        self.measured_nbytes += self.forward.nbytes if self.forward is not None else 0
-        self.searcher = bmp.Searcher(str(path))
+            keep = tempfile.TemporaryDirectory(prefix="retrieval_zoo-bmp-")
+            folder = keep.name
+        path, forward = bmp_files(shards, corpus, discard, block_size, Path(folder), rescore)
+        return cls(encode_query, corpus, path, forward, lam, discard, candidates, oversample, alpha, beta, batch_size,
+                   queries, keep)  # fmt: skip
 
-    def _write_ciff(self, shards: CorpusShards, discard: int, block_size: int, root: Path, rescore: bool) -> Path:
-        """The corpus's impacts as a CIFF file for BMP, with the sentinel block (module docstring).
-
-        With ``rescore`` they are also written as a forward index (:class:`ForwardImpacts`). Terms are named by their
-        ids and documents by their rows; the sentinel documents come after the last document's block, filled, and
-        their term (:data:`SENTINEL`) sorts before every id, as CIFF's lists are ordered.
-        """
-        spilled = spill(shards, discard, self.scale, root / "impacts")
-        self.postings, documents = int(spilled.df.sum()), len(self.docids)
-        fillers = -documents % block_size + block_size
-        count, lists = term_lists(spilled, lambda ids: [str(i) for i in ids])
-        sentinel = (SENTINEL, np.arange(documents, documents + fillers), np.ones(fillers, dtype=np.int64))
-        names = chain(map(str, range(documents)), (f"{SENTINEL_DOC}{filler}" for filler in range(fillers)))
-        lengths = np.concatenate([spilled.doc_lengths, np.ones(fillers, dtype=np.int64)])
-        description = f"retrieval_zoo BMP index: {documents:,} documents' 8-bit impacts, terms by vocabulary id"
-        ciff = write_ciff(root / "index.ciff", chain([sentinel], lists), count + 1, names, lengths, description)
-        if rescore:
-            self.forward = ForwardImpacts.write(spilled, LEVELS, root / "forward")
-        shutil.rmtree(spilled.folder)
-        return ciff
+    def save(self, folder: Path) -> None:
+        """The BMP index, the forward index (``forward/``) and what is kept beside them, into ``folder``."""
+        shutil.copyfile(self.path, folder / INDEX)
+        if self.forward is not None:
+            shutil.copytree(self.forward.folder, folder / FORWARD)
+        self.corpus.save(folder)
 
     def query_impacts(self, weights: torch.Tensor) -> tuple[torch.Tensor, float]:
         """:func:`query_impacts` with this corpus's largest impacts (the terms cut are counted)."""
@@ -180,6 +190,8 @@ class Bmp(TermIndex):
         extend_grid: Go past the grid's edge where the best value lies (False: the grid only).
     """
 
+    saves: ClassVar[bool] = True
+
     def __init__(
         self, candidates: int = 1000, oversample: int = 2, block_size: int = 32, alpha: float = 1.0, beta: float = 1.0,
         rescore: bool = True, weight: float | None = None, weight_grid: tuple[float, ...] = DHR_GRID,
@@ -200,6 +212,19 @@ class Bmp(TermIndex):
     ) -> BmpRetriever:
         """The corpus's term weights quantized into a BMP index (the [CLS] vectors beside it)."""
         encoder, shards = self.encoder_and_shards(method, collection, bm25, shards)
-        return BmpRetriever(encoder.encode_queries, shards, self.fusion_weight(encoder), encoder.discard,
-                            self.candidates, self.oversample, self.block_size, self.alpha, self.beta,
-                            self.rescore, encoder.batch_size, encoder.queries)  # fmt: skip
+        return BmpRetriever.from_shards(encoder.encode_queries, shards, self.fusion_weight(encoder), encoder.discard,
+                                        self.candidates, self.oversample, self.block_size, self.alpha, self.beta,
+                                        self.rescore, encoder.batch_size, encoder.queries)  # fmt: skip
+
+    def save(self, retriever: Retriever, folder: Path) -> None:
+        """The BMP index this index built, its forward index, and the scale and [CLS] part kept beside them."""
+        self.built_here(retriever, BmpRetriever).save(folder)
+
+    def load(self, method: OffersTermWeights, collection: Collection, bm25: BM25, folder: Path) -> BmpRetriever:
+        """The saved BMP index, searched in place, its queries encoded by ``method``."""
+        encoder = method.term_encoder(collection, bm25)
+        corpus = ImpactCorpus.load(folder, corpus_ids(collection.corpus))
+        forward = ForwardImpacts(folder / FORWARD) if self.rescore else None
+        return BmpRetriever(encoder.encode_queries, corpus, folder / INDEX, forward, self.fusion_weight(encoder),
+                            encoder.discard, self.candidates, self.oversample, self.alpha, self.beta,
+                            encoder.batch_size, encoder.queries)  # fmt: skip

@@ -114,16 +114,18 @@ class PartSearch(Retriever):
 class DhrRetriever(PartSearch):
     """A corpus densified into one :class:`GipIndex` per shard, searched with queries densified the same way.
 
+    :meth:`from_shards` densifies a corpus into one.
+
     Args:
         encode_query: Query texts → (lexical, [CLS] or None) vectors.
-        shards: The corpus's ``lexical`` (n, |V|) and optional ``cls`` (n, c) vectors, by shard.
+        indexes: The corpus's GIP indexes, one per shard, in corpus order; their open (always-gated) dimensions
+            are the [CLS] part's.
         slicing: DLR slicing.
         lam: λ of the [CLS] part, as indexed (√λ on both sides, Eq. 14–16).
         first_stage: None (exact GIP), ``approximate_gip`` or ``inner_product`` (see :meth:`GipIndex.search`).
         theta: θ of approximate GIP.
         candidates: K′ of the first stage.
         batch_size: Texts per forward pass.
-        device: Where GIP runs (default: the GPU when present).
         terms: Vocabulary ids → their strings, for :meth:`explain` (default: the ids as text).
         queries: How query texts are batched: by their length in tokens, tokens prepared ahead.
     """
@@ -131,26 +133,41 @@ class DhrRetriever(PartSearch):
     def __init__(
         self,
         encode_query: PartEncoder,
-        shards: CorpusShards,
+        indexes: list[GipIndex],
         slicing: Slicing,
         lam: float = 1.0,
         first_stage: str | None = "approximate_gip",
         theta: float = 0.3,
         candidates: int = 10_000,
         batch_size: int = 128,
-        device: torch.device | str | None = None,
         terms: Callable[[list[int]], list[str]] | None = None,
         queries: QueryPrep = PLAIN_QUERIES,
     ) -> None:
+        if not indexes:
+            raise ValueError("a DHR retriever needs at least one shard's index")
         self.encode_query, self.slicing, self.queries = encode_query, slicing, queries
         self.lam, self.batch_size, self.weight = lam, batch_size, lam
         self.terms = terms or (lambda ids: [str(i) for i in ids])
         self.first_stage, self.theta, self.candidates = first_stage, theta, candidates
-        self.indexes: list[GipIndex] = []
-        for docids, payload in tqdm(shards, desc="densify corpus shards", unit="shard", leave=False):
-            values, indices, self.cls_dims = represent_shard(payload, slicing, lam, batch_size)
-            self.indexes.append(GipIndex(values, indices, docids, device=device, open_dims=self.cls_dims))
+        self.indexes, self.cls_dims = indexes, indexes[0].open_dims
         self.weight_name = "semantic_weight" if self.cls_dims else None  # tuning sets the [CLS] part's weight
+
+    @classmethod
+    def from_shards(
+        cls, encode_query: PartEncoder, shards: CorpusShards, slicing: Slicing, lam: float = 1.0,
+        first_stage: str | None = "approximate_gip", theta: float = 0.3, candidates: int = 10_000,
+        batch_size: int = 128, device: torch.device | str | None = None,
+        terms: Callable[[list[int]], list[str]] | None = None, queries: QueryPrep = PLAIN_QUERIES,
+    ) -> DhrRetriever:  # fmt: skip
+        """The corpus's ``lexical`` (n, |V|) and optional ``cls`` (n, c) vectors densified, shard by shard.
+
+        ``device``: where GIP runs (default: the GPU when present); the other arguments as the class's.
+        """
+        indexes = []
+        for docids, payload in tqdm(shards, desc="densify corpus shards", unit="shard", leave=False):
+            values, indices, cls_dims = represent_shard(payload, slicing, lam, batch_size)
+            indexes.append(GipIndex(values, indices, docids, device=device, open_dims=cls_dims))
+        return cls(encode_query, indexes, slicing, lam, first_stage, theta, candidates, batch_size, terms, queries)
 
     @property
     def index(self) -> GipIndex:

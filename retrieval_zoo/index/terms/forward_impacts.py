@@ -29,6 +29,7 @@ class ForwardImpacts:
     """
 
     def __init__(self, folder: Path) -> None:
+        self.folder = folder
         offsets, terms, impacts = (np.load(folder / f"{name}.npy", mmap_mode="r") for name in NAMES)
         width = int(np.load(folder / "width.npy"))
         self.matrix = scipy.sparse.csr_matrix((impacts, terms, offsets), shape=(len(offsets) - 1, width), copy=False)

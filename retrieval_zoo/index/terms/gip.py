@@ -6,15 +6,26 @@ DHRs (Eq. 4–16), searched in two stages (Eq. 18) by :class:`retrieval_zoo.inde
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+from typing import ClassVar
+
+import numpy as np
+
 from retrieval_zoo.bounds import require_choice
 from retrieval_zoo.data.collections import Collection
+from retrieval_zoo.data.corpus_store import corpus_ids
 from retrieval_zoo.evaluation.metrics import Measure
 from retrieval_zoo.index.representations import OffersTermWeights
 from retrieval_zoo.index.shards import CorpusShards
 from retrieval_zoo.index.terms.dhr import DhrRetriever
 from retrieval_zoo.index.terms.dlr import Slicing, SlicingStrategy
+from retrieval_zoo.index.terms.gip_search import GipIndex
 from retrieval_zoo.index.terms.term_index import DHR_GRID, TermIndex
 from retrieval_zoo.lexical.lucene_bm25 import BM25
+from retrieval_zoo.retriever import Retriever
+
+GIP = "gip.json"  # a saved index's shard count, [CLS] width and the λ it was indexed with
 
 
 class Gip(TermIndex):
@@ -31,6 +42,8 @@ class Gip(TermIndex):
         tune_measure: What tuning maximises.
         extend_grid: Go past the grid's edge where the best value lies (False: the grid only).
     """
+
+    saves: ClassVar[bool] = True
 
     def __init__(
         self,
@@ -57,7 +70,38 @@ class Gip(TermIndex):
         """Densify the corpus's term vectors (and join the [CLS] ones) into GIP indexes, one per shard."""
         encoder, shards = self.encoder_and_shards(method, collection, bm25, shards)
         slicing = Slicing(encoder.vocab_size, self.slices, encoder.discard, self.slicing)
-        return DhrRetriever(
+        return DhrRetriever.from_shards(
             encoder.encode_queries, shards, slicing, self.fusion_weight(encoder), self.first_stage, self.theta,
             self.candidates, encoder.batch_size, terms=encoder.terms, queries=encoder.queries,
         )  # fmt: skip
+
+    def save(self, retriever: Retriever, folder: Path) -> None:
+        """Each shard's float16 values and positions as built (``gip-<shard>-values.npy``, ``-indices.npy``)."""
+        built = self.built_here(retriever, DhrRetriever)
+        for number, index in enumerate(built.indexes):
+            indices = index.indices.cpu().numpy().astype(built.slicing.index_dtype)  # their stored width
+            np.save(folder / f"gip-{number:05d}-values.npy", index.values.half().cpu().numpy())
+            np.save(folder / f"gip-{number:05d}-indices.npy", indices)
+        shape = {"lam": built.lam, "cls_dims": built.cls_dims, "shards": len(built.indexes)}
+        (folder / GIP).write_text(json.dumps(shape) + "\n", encoding="utf-8")
+
+    def load(self, method: OffersTermWeights, collection: Collection, bm25: BM25, folder: Path) -> DhrRetriever:
+        """The saved shards' GIP indexes over the collection's documents, queried by ``method``.
+
+        The [CLS] part keeps the λ it was indexed with; a different ``weight`` rescales the queries (as tuning does).
+        """
+        encoder = method.term_encoder(collection, bm25)
+        saved = json.loads((folder / GIP).read_text(encoding="utf-8"))
+        slicing = Slicing(encoder.vocab_size, self.slices, encoder.discard, self.slicing)
+        docids, indexes, row = corpus_ids(collection.corpus), [], 0
+        for number in range(saved["shards"]):
+            values = np.load(folder / f"gip-{number:05d}-values.npy")
+            indices = np.load(folder / f"gip-{number:05d}-indices.npy")
+            indexes.append(GipIndex(values, indices, docids[row : row + len(values)], open_dims=saved["cls_dims"]))
+            row += len(values)
+        if row != len(docids):
+            raise ValueError(f"{folder}: its shards hold {row:,} documents, the corpus {len(docids):,}")
+        retriever = DhrRetriever(encoder.encode_queries, indexes, slicing, saved["lam"], self.first_stage, self.theta,
+                                 self.candidates, encoder.batch_size, encoder.terms, encoder.queries)  # fmt: skip
+        retriever.weight = self.fusion_weight(encoder)
+        return retriever

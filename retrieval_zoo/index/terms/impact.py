@@ -15,7 +15,9 @@ impacts): corpora encoded on demand (the untrained fusions) are encoded twice.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 import torch
@@ -23,6 +25,7 @@ from tqdm import tqdm
 
 from retrieval_zoo.data.formats import Run
 from retrieval_zoo.encoding.batching import QueryPrep, encode_payload
+from retrieval_zoo.id_index import IdIndex
 from retrieval_zoo.index.shards import CorpusShards
 from retrieval_zoo.index.terms.dhr import PartEncoder, PartSearch
 from retrieval_zoo.retriever import ranked_run
@@ -83,15 +86,51 @@ def document_impacts(shards: CorpusShards, discard: int, scale: float) -> Iterat
         row += len(vectors)
 
 
+@dataclass
+class ImpactCorpus:
+    """What every engine keeps of the corpus beside its own files: :func:`scan`'s results, the ids and postings.
+
+    Args:
+        docids: The documents, in row order (the engines name them by row).
+        scale: The documents' weights → impacts.
+        term_max: (|V| - discard,) each term's largest document impact.
+        cls: (n, c) [CLS] vectors, or None.
+        postings: Impacts indexed (filled in by the engine's build).
+    """
+
+    docids: Sequence[str] | IdIndex
+    scale: float
+    term_max: torch.Tensor
+    cls: torch.Tensor | None
+    postings: int = 0
+
+    FILE = "impact_corpus.pt"
+
+    @classmethod
+    def scan(cls, shards: CorpusShards, discard: int, levels: int) -> ImpactCorpus:
+        """The corpus's scale, largest impacts and [CLS] part (:func:`scan`), nothing indexed yet."""
+        return cls(shards.docids, *scan(shards, discard, levels))
+
+    def save(self, folder: Path) -> None:
+        """Everything but the ids (the saved index's corpus gives them) into ``folder``."""
+        torch.save({"scale": self.scale, "term_max": self.term_max, "cls": self.cls, "postings": self.postings},
+                   folder / self.FILE)  # fmt: skip
+
+    @classmethod
+    def load(cls, folder: Path, docids: Sequence[str] | IdIndex) -> ImpactCorpus:
+        """What :meth:`save` wrote into ``folder``, over ``docids``."""
+        saved = torch.load(folder / cls.FILE, map_location="cpu", weights_only=True)
+        return cls(docids, saved["scale"], saved["term_max"], saved["cls"], saved["postings"])
+
+
 class ImpactRetriever(PartSearch):
     """A corpus's term weights in an engine, as integer impacts; subclasses index and search (module docstring).
 
     Args:
         encode_query: Query texts → ((n, |V|) lexical, (n, c) [CLS] or None) vectors.
-        shards: The corpus's ``lexical`` (n, |V|) and optional ``cls`` (n, c) vectors, by shard.
-        lam: λ of the [CLS] part, as indexed.
+        corpus: What the engine keeps of the corpus beside its own index.
+        lam: λ of the [CLS] part.
         discard: Leading vocabulary ids that are never used (BERT's), left out of the index.
-        levels: The largest document impact.
         candidates: Documents the engine returns by the lexical part for the fused re-ranking.
         batch_size: Queries encoded together.
         queries: How query texts are batched (``method.query_prep()``).
@@ -100,14 +139,14 @@ class ImpactRetriever(PartSearch):
     name = "engine"
 
     def __init__(
-        self, encode_query: PartEncoder, shards: CorpusShards, lam: float, discard: int, levels: int,
-        candidates: int = 1000, batch_size: int = 128, queries: QueryPrep | None = None,
+        self, encode_query: PartEncoder, corpus: ImpactCorpus, lam: float, discard: int, candidates: int = 1000,
+        batch_size: int = 128, queries: QueryPrep | None = None,
     ) -> None:  # fmt: skip
         self.encode_query, self.weight, self.discard, self.candidates = encode_query, lam, discard, candidates
-        self.batch_size, self.queries, self.docids = batch_size, queries or QueryPrep(), shards.docids
-        self.scale, self.term_max, self.cls = scan(shards, discard, levels)
+        self.batch_size, self.queries, self.corpus = batch_size, queries or QueryPrep(), corpus
+        self.docids, self.scale, self.term_max, self.cls = corpus.docids, corpus.scale, corpus.term_max, corpus.cls
+        self.postings = corpus.postings
         self.weight_name = "semantic_weight" if self.cls is not None else None
-        self.postings = 0
 
     def query_impacts(self, weights: torch.Tensor) -> tuple[torch.Tensor, float]:
         """One query's (|V| - discard,) weights → its integer impacts and their scale, as this engine takes them."""

@@ -16,25 +16,29 @@ vocabulary variant.
 
 from __future__ import annotations
 
-from typing import Any
+from pathlib import Path
+from typing import Any, ClassVar
 
 import numpy as np
 import torch
 from tqdm import tqdm
 
 from retrieval_zoo.data.collections import Collection
+from retrieval_zoo.data.corpus_store import corpus_ids
 from retrieval_zoo.encoding.batching import QueryPrep
 from retrieval_zoo.evaluation.metrics import Measure
 from retrieval_zoo.index.representations import OffersTermWeights
 from retrieval_zoo.index.shards import CorpusShards
 from retrieval_zoo.index.terms.dhr import PartEncoder
-from retrieval_zoo.index.terms.impact import Hits, ImpactRetriever
+from retrieval_zoo.index.terms.impact import Hits, ImpactCorpus, ImpactRetriever
 from retrieval_zoo.index.terms.term_index import DHR_GRID, TermIndex
 from retrieval_zoo.lexical.lucene_bm25 import BM25
+from retrieval_zoo.retriever import Retriever
 from retrieval_zoo.term_matrix import columns_from, parts, to_csr
 
 INSTALL = "pip install pyseismic-lsr==0.5.4  (or: pip install -e '.[engines]')"
 SMALL_VOCABULARY = 65_535  # Seismic's standard index names terms in 16 bits
+SAVED, SAVED_FILE = "seismic", "seismic.index.seismic"  # a saved index's file, before and after Seismic names it
 
 
 def import_seismic() -> Any:
@@ -44,6 +48,11 @@ def import_seismic() -> Any:
     except ImportError:
         raise ImportError(f"index=seismic needs the Seismic engine, which is not installed: {INSTALL}") from None
     return seismic
+
+
+def large_vocabulary(corpus: ImpactCorpus) -> bool:
+    """Whether the corpus's terms need Seismic's large vocabulary variant."""
+    return len(corpus.term_max) > SMALL_VOCABULARY
 
 
 def csr_arrays(matrix: torch.Tensor) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -70,36 +79,55 @@ def check_density(offsets: np.ndarray, first_row: int, max_doc_terms: int) -> No
 
 
 class SeismicRetriever(ImpactRetriever):
-    """A corpus's term weights in a Seismic index (module docstring; settings as :class:`Seismic`)."""
+    """A corpus's term weights in a Seismic index (module docstring; settings as :class:`Seismic`).
+
+    :meth:`from_shards` builds one; ``index`` is Seismic's (``SeismicIndex`` or, past 65,535 terms, its large
+    vocabulary variant).
+    """
 
     name = "seismic"
 
     def __init__(
-        self, encode_query: PartEncoder, shards: CorpusShards, lam: float, discard: int, n_postings: int = 3500,
+        self, encode_query: PartEncoder, corpus: ImpactCorpus, index: Any, lam: float, discard: int,
+        query_cut: int = 10, heap_factor: float = 0.7, candidates: int = 1000, threads: int = 0,
+        batch_size: int = 128, queries: QueryPrep | None = None,
+    ) -> None:  # fmt: skip
+        super().__init__(encode_query, corpus, lam, discard, candidates, batch_size, queries)
+        self.index, self.query_cut, self.heap_factor, self.threads = index, query_cut, heap_factor, threads
+        self.string_type = import_seismic().get_seismic_string()
+        self.measured_nbytes = self.postings * 6 + (
+            self.cls.numel() * 4 if self.cls is not None else 0
+        )  # f16 value, id
+
+    @classmethod
+    def from_shards(
+        cls, encode_query: PartEncoder, shards: CorpusShards, lam: float, discard: int, n_postings: int = 3500,
         centroid_fraction: float = 0.1, summary_energy: float = 0.4, doc_cut: int = 15, query_cut: int = 10,
         heap_factor: float = 0.7, max_doc_terms: int = 2048, candidates: int = 1000, threads: int = 0,
         batch_size: int = 128, queries: QueryPrep | None = None,
-    ) -> None:  # fmt: skip
-        super().__init__(encode_query, shards, lam, discard, 1, candidates, batch_size, queries)
-        self.scale, self.query_cut, self.heap_factor, self.threads = 1.0, query_cut, heap_factor, threads
-        seismic = import_seismic()
-        dim = len(self.term_max)
-        large = dim > SMALL_VOCABULARY
-        dataset = (seismic.SeismicDatasetLV if large else seismic.SeismicDataset)(dim=dim)
+    ) -> SeismicRetriever:  # fmt: skip
+        """Index the corpus's ``lexical`` (n, |V|) vectors by shard, their weights as they are (scale 1)."""
+        corpus = ImpactCorpus.scan(shards, discard, 1)
+        corpus.scale = 1.0
+        seismic, large = import_seismic(), large_vocabulary(corpus)
+        dataset = (seismic.SeismicDatasetLV if large else seismic.SeismicDataset)(dim=len(corpus.term_max))
         row = 0
         for docids, payload in tqdm(shards, desc="seismic dataset", unit="shard", leave=False):
             offsets, columns, values = csr_arrays(columns_from(payload["lexical"], discard))
             check_density(offsets, row, max_doc_terms)
             dataset.add_documents_by_id([str(r) for r in range(row, row + len(docids))], columns, values, offsets)
-            self.postings += len(values)
+            corpus.postings += len(values)
             row += len(docids)
         build = (seismic.SeismicIndexLV if large else seismic.SeismicIndex).build_from_dataset
-        self.index = build(dataset, n_postings=n_postings, centroid_fraction=centroid_fraction,
-                           summary_energy=summary_energy, doc_cut=doc_cut, num_threads=threads)  # fmt: skip
-        self.string_type = seismic.get_seismic_string()
-        self.measured_nbytes = self.postings * 6 + (
-            self.cls.numel() * 4 if self.cls is not None else 0
-        )  # f16 value, id
+        index = build(dataset, n_postings=n_postings, centroid_fraction=centroid_fraction,
+                      summary_energy=summary_energy, doc_cut=doc_cut, num_threads=threads)  # fmt: skip
+        return cls(encode_query, corpus, index, lam, discard, query_cut, heap_factor, candidates, threads, batch_size,
+                   queries)  # fmt: skip
+
+    def save(self, folder: Path) -> None:
+        """Seismic's index file and what is kept beside it, into ``folder``."""
+        self.index.save(str(folder / SAVED))  # Seismic adds its extension
+        self.corpus.save(folder)
 
     def query_impacts(self, weights: torch.Tensor) -> tuple[torch.Tensor, float]:
         """The weights as they are (Seismic takes floats), scale 1."""
@@ -146,6 +174,8 @@ class Seismic(TermIndex):
         extend_grid: Go past the grid's edge where the best value lies (False: the grid only).
     """
 
+    saves: ClassVar[bool] = True
+
     def __init__(
         self, n_postings: int = 3500, centroid_fraction: float = 0.1, summary_energy: float = 0.4, doc_cut: int = 15,
         query_cut: int = 10, heap_factor: float = 0.7, max_doc_terms: int = 2048, candidates: int = 1000,
@@ -172,5 +202,22 @@ class Seismic(TermIndex):
     ) -> SeismicRetriever:
         """The corpus's term weights in a Seismic index (the [CLS] vectors beside it)."""
         encoder, shards = self.encoder_and_shards(method, collection, bm25, shards)
-        return SeismicRetriever(encoder.encode_queries, shards, self.fusion_weight(encoder), encoder.discard,
-                                **self.settings, batch_size=encoder.batch_size, queries=encoder.queries)  # fmt: skip
+        return SeismicRetriever.from_shards(encoder.encode_queries, shards, self.fusion_weight(encoder),
+                                            encoder.discard, **self.settings, batch_size=encoder.batch_size,
+                                            queries=encoder.queries)  # fmt: skip
+
+    def save(self, retriever: Retriever, folder: Path) -> None:
+        """The Seismic index this index built, and the [CLS] part kept beside it."""
+        self.built_here(retriever, SeismicRetriever).save(folder)
+
+    def load(self, method: OffersTermWeights, collection: Collection, bm25: BM25, folder: Path) -> SeismicRetriever:
+        """The saved Seismic index, its queries encoded by ``method``."""
+        encoder = method.term_encoder(collection, bm25)
+        corpus = ImpactCorpus.load(folder, corpus_ids(collection.corpus))
+        seismic = import_seismic()
+        index = (seismic.SeismicIndexLV if large_vocabulary(corpus) else seismic.SeismicIndex).load(
+            str(folder / SAVED_FILE)
+        )
+        search = {key: self.settings[key] for key in ("query_cut", "heap_factor", "candidates", "threads")}
+        return SeismicRetriever(encoder.encode_queries, corpus, index, self.fusion_weight(encoder), encoder.discard,
+                                **search, batch_size=encoder.batch_size, queries=encoder.queries)  # fmt: skip
