@@ -7,6 +7,8 @@ import torch
 
 from retrieval_zoo.encoding.backbones import TinyRandomBackbone
 from retrieval_zoo.index.csurf.csf import CsfRetriever
+from retrieval_zoo.index.csurf.explain import best_pairs, explanation
+from retrieval_zoo.index.csurf.inverted_lists import InvertedLists
 from retrieval_zoo.index.csurf.payload import encode_bags_payload
 from retrieval_zoo.index.shards import CorpusShards
 from retrieval_zoo.lexical.csf_bags import CsfBags, Postings, csf_bags, max_sum_scores
@@ -294,6 +296,35 @@ def test_compiled_scoring_gives_the_eager_scores_to_rounding(tiny) -> None:
     for qid in queries:  # the same documents with the same scores, to float32 rounding
         assert runs[1][qid].keys() == runs[0][qid].keys()
         assert all(runs[1][qid][d] == pytest.approx(s, rel=1e-5, abs=1e-6) for d, s in runs[0][qid].items())
+
+
+def test_each_query_tokens_best_pair_by_hand() -> None:
+    # Query token 1 grounds forms 5 (w 2) and 7 (w 1), token 2 form 5 (w 0.5); the document holds form 5 from its
+    # token 0 (w 3) and form 7 from token 3 (w 10). Weights only (|v| = 0): token 1's pairs score 2·3 = 6 and
+    # 1·10 = 10, so its best is form 7; token 2's one pair 0.5·3 = 1.5. They sum to the score, 11.5.
+    query = bags([(0, 5, 1, 2.0, [1.0]), (0, 7, 1, 1.0, [1.0]), (0, 5, 2, 0.5, [1.0])], 1, 3)
+    doc = bags([(0, 5, 0, 3.0, [1.0]), (0, 7, 3, 10.0, [1.0])], 1, 4)
+    query.vector = doc.vector = None
+    assert best_pairs(query, doc) == [(1, 7, 3, 10.0), (2, 5, 0, 1.5)]
+    assert max_sum_scores(query, Postings.build(doc, 10), num_docs=1)[0].item() == 11.5
+    matches = explanation(best_pairs(query, doc), ["[CLS]", "usb", "drive"], ["disk", "a", "b", "mount"], ["g", "f"])
+    assert matches == [{"query": "usb", "term": "g", "doc": "mount", "score": 10.0},
+                       {"query": "drive", "term": "f", "doc": "disk", "score": 1.5}]  # fmt: skip
+
+
+def test_an_explanation_names_the_pairs_that_sum_to_each_documents_score(tiny, tiny_bm25) -> None:
+    model, collection = sparse_model(vector_dim=8, doc_max_length=24), tiny
+    queries = dict(list(tiny.judged_queries("dev").items())[:3])
+    with torch.inference_mode():
+        retriever = InvertedLists().build(model, collection, tiny_bm25)
+        run = retriever.search(queries, 5)
+    records = retriever.explain(queries, run)
+    assert [(r["qid"], r["docid"]) for r in records] == [(q, d) for q in queries for d in list(run[q])[:3]]
+    for record in records:
+        assert sum(m["score"] for m in record["matches"]) == pytest.approx(record["score"], abs=1e-4 * 30)
+        query_tokens = model.token_strings([queries[record["qid"]]], "query")[0]
+        doc_tokens = model.token_strings([collection.corpus[record["docid"]]], "doc")[0]
+        assert all(m["query"] in query_tokens and m["doc"] in doc_tokens for m in record["matches"])
 
 
 def test_pruned_index_drops_postings_and_efficiency_counts_them(tiny) -> None:

@@ -148,6 +148,14 @@ class OffersCsfBags(Encodes, Protocol):
         """(n,) texts or their tokens → their bags."""
         ...
 
+    def token_strings(self, texts: list[str], side: str) -> list[list[str]]:
+        """Each text's tokens as strings by position (a bag's ``source``), as ``side`` (query or doc) reads them."""
+        ...
+
+    def form_strings(self, ids: list[int]) -> list[str]:
+        """Surface forms (vocabulary ids) → their strings."""
+        ...
+
 
 @runtime_checkable
 class OffersLexicalSemantic(OffersVectors, Protocol):

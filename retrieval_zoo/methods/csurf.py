@@ -129,6 +129,17 @@ class CSurF(TermWeightsFromParts, BiEncoder[CsfBags]):
         """(N,) texts, or their tokens → their bags of CSFs."""
         return self.encode_bags(*self.encoder.tokenize(texts, "doc"))[0]
 
+    def token_strings(self, texts: list[str], side: str) -> list[list[str]]:
+        """Each text's tokens as strings by position (a bag's ``source``; for explanations)."""
+        ids, mask = self.encoder.tokenize(texts, side)
+        return [
+            self.encoder.id_strings(row[: int(length)].tolist()) for row, length in zip(ids, mask.sum(1), strict=True)
+        ]
+
+    def form_strings(self, ids: list[int]) -> list[str]:
+        """Surface forms (vocabulary ids) → their word pieces."""
+        return self.encoder.id_strings(ids)
+
     term_discard: ClassVar[int] = 0  # every surface form can be a term
     cls_weight: ClassVar[float] = 1.0  # no [CLS] part
 

@@ -19,41 +19,31 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import ClassVar
 
 import torch
 
-from retrieval_zoo.data.collections import Collection
-from retrieval_zoo.data.corpus_store import corpus_ids
 from retrieval_zoo.data.formats import Run
-from retrieval_zoo.encoding.batching import PLAIN_QUERIES, QueryPrep, Texts, prepared_batches
+from retrieval_zoo.encoding.batching import PLAIN_QUERIES, QueryPrep, prepared_batches
 from retrieval_zoo.id_index import IdIndex
+from retrieval_zoo.index.csurf.explain import CsfWords, best_pairs, document_csfs, explanation
 from retrieval_zoo.index.csurf.lists import ListTotals, build_lists, load_lists, save_lists
 from retrieval_zoo.index.csurf.payload import (
     BagEncoder,
     VectorDtype,
     bags_to,
-    encode_bags_payload,
-    storage_dtype,
     token_counts,
 )
-from retrieval_zoo.index.index import EncodingIndex
 from retrieval_zoo.index.process_shards import (
     ShardedSearch,
     all_sum,
-    check_share,
     gather_topk,
     merge_rows,
     rank_zeros,
-    split_over_processes,
-    split_world,
     whole_on_this_process,
 )
-from retrieval_zoo.index.representations import OffersCsfBags
-from retrieval_zoo.index.shards import CorpusShards, Payload
+from retrieval_zoo.index.shards import CorpusShards
 from retrieval_zoo.index.terms.gip_search import default_device
 from retrieval_zoo.lexical.csf_bags import CsfBags, Postings, dense_columns, max_sum_scores, search_pair_chunk
-from retrieval_zoo.lexical.lucene_bm25 import BM25
 from retrieval_zoo.retriever import Retriever, ranked_run
 
 
@@ -77,6 +67,7 @@ class CsfRetriever(Retriever):
         compiled: Score pairs with one torch.compile'd kernel a block (see
             :func:`~retrieval_zoo.lexical.csf_bags.max_sum_scores`): the same scores to float32 rounding, not the
             same bits.
+        words: The texts' tokens and the forms' strings, for :meth:`explain` (None: no explanations).
     """
 
     def __init__(
@@ -89,9 +80,10 @@ class CsfRetriever(Retriever):
         device: torch.device | str | None = None,
         queries: QueryPrep = PLAIN_QUERIES,
         compiled: bool = False,
+        words: CsfWords | None = None,
     ) -> None:
         self.encode_query, self.docids, self.query_batch_size = encode_query, docids, query_batch_size
-        self.compiled, self.queries, self.totals = compiled, queries, totals
+        self.compiled, self.queries, self.totals, self.words = compiled, queries, totals, words
         self.device = torch.device(device) if device is not None else default_device()
         self.shards = [(postings.to(self.device), first_row) for postings, first_row in lists]
         self.rank_nbytes = sum(p.nbytes for p, _ in self.shards)  # this rank's lists
@@ -114,6 +106,7 @@ class CsfRetriever(Retriever):
         queries: QueryPrep = PLAIN_QUERIES,
         vector_dtype: VectorDtype = "float32",
         compiled: bool = False,
+        words: CsfWords | None = None,
     ) -> CsfRetriever:
         """The lists of the corpus's bags of CSFs by shard (:func:`encode_bags_payload`), |V| = ``vocab_size``.
 
@@ -122,7 +115,7 @@ class CsfRetriever(Retriever):
         """
         device = torch.device(device) if device is not None else default_device()
         lists, totals = build_lists(shards, vocab_size, prune_threshold, prune_fraction, device, vector_dtype)
-        return cls(encode_query, lists, shards.docids, totals, query_batch_size, device, queries, compiled)
+        return cls(encode_query, lists, shards.docids, totals, query_batch_size, device, queries, compiled, words)
 
     def save(self, folder: Path) -> None:
         """Each shard's lists and the corpus's totals into ``folder`` (:func:`.lists.save_lists`).
@@ -135,11 +128,14 @@ class CsfRetriever(Retriever):
 
     @classmethod
     def load(cls, encode_query: BagEncoder, folder: Path, docids: Sequence[str] | IdIndex, query_batch_size: int = 8,
-             queries: QueryPrep = PLAIN_QUERIES, compiled: bool = False) -> CsfRetriever:  # fmt: skip
+             queries: QueryPrep = PLAIN_QUERIES, compiled: bool = False,
+             words: CsfWords | None = None) -> CsfRetriever:  # fmt: skip
         """The lists :meth:`save` wrote into ``folder``, held whole by this process (under DDP too)."""
         lists, totals = load_lists(folder)
         with whole_on_this_process():
-            return cls(encode_query, lists, docids, totals, query_batch_size, queries=queries, compiled=compiled)
+            return cls(
+                encode_query, lists, docids, totals, query_batch_size, queries=queries, compiled=compiled, words=words
+            )
 
     @property
     def split(self) -> bool:
@@ -202,6 +198,28 @@ class CsfRetriever(Retriever):
         self._query_forms += torch.bincount(bags.surface.cpu(), minlength=len(self._query_forms)).float()
         self._pairs += pairs
 
+    def explain(self, queries: dict[str, str], run: Run, depth: int = 3) -> list[dict] | None:
+        """Each query token's best CSF pair with each of its top ``depth`` documents (:mod:`.explain`).
+
+        None without ``words``, or for lists split over processes (this one holds only its share of the documents).
+        """
+        if self.words is None or self.split:
+            return None
+        qids, texts = list(queries), list(queries.values())
+        tops = {qid: list(run.get(qid, {}))[:depth] for qid in qids}
+        wanted = {docid for top in tops.values() for docid in top}
+        rows = {docid: row for row, docid in enumerate(self.docids) if docid in wanted}
+        with torch.inference_mode():
+            bags = bags_to(self.encode_query(texts), self.device)
+        query_tokens, records = self.words.tokens(texts, "query"), []
+        for number, qid in enumerate(qids):
+            query, top = bags.select(bags.text == number), tops[qid]
+            for docid, doc_tokens in zip(top, self.words.tokens(self.words.doc_texts(top), "doc"), strict=True):
+                pairs = best_pairs(query, document_csfs(self.shards, rows[docid]))
+                matches = explanation(pairs, query_tokens[number], doc_tokens, self.words.forms([p[1] for p in pairs]))
+                records.append({"qid": qid, "docid": docid, "score": run[qid][docid], "matches": matches})
+        return records
+
     def efficiency(self) -> dict[str, float]:
         """§5.2's numbers over the queries searched so far and the indexed corpus."""
         if not self._queries:
@@ -221,69 +239,3 @@ class CsfRetriever(Retriever):
             "index_seconds": self.index_seconds,
             "ms_per_query": 1000 * self._search_seconds / self._queries,
         }
-
-
-class InvertedLists(EncodingIndex[OffersCsfBags]):
-    """CSurF's inverted lists of CSFs (csurf.md §4; ``conf/index/csf.yaml``), scored exactly as CSurF trains.
-
-    Args:
-        prune_threshold: Postings with a lower weight are not indexed (1e-8 in the paper).
-        prune_fraction: α, the lowest-weight share of postings removed after indexing (Figure 2).
-        query_batch_size: Queries scored at a time.
-        vector_dtype: How the postings' 32-d vectors are stored: ``float32``, ``float16`` or ``bfloat16`` (half the
-            bytes of the lists; pairs are scored in float32).
-        compile: Score CSF pairs with a torch.compile'd kernel (about 1.7× faster on a CPU thread; needs a C++
-            compiler there; scores equal to float32 rounding, so ties may order differently).
-    """
-
-    accepts: ClassVar[tuple[str, ...]] = ("csf_bags",)
-
-    saves: ClassVar[bool] = True
-
-    def __init__(
-        self,
-        prune_threshold: float = 1e-8,
-        prune_fraction: float = 0.0,
-        query_batch_size: int = 8,
-        vector_dtype: VectorDtype = "float32",
-        compile: bool = False,
-    ) -> None:
-        super().__init__()
-        check_share(prune_fraction)  # fail at construction on a bad α or dtype
-        storage_dtype(vector_dtype)
-        self.prune_threshold, self.prune_fraction = prune_threshold, prune_fraction
-        self.query_batch_size, self.vector_dtype, self.compile = query_batch_size, vector_dtype, compile
-
-    def corpus_payload(self, method: OffersCsfBags, texts: Texts) -> Payload:
-        """The documents' bags of CSFs."""
-        return encode_bags_payload(method.encode_doc, texts, method.encode_batch_size)
-
-    def serve(self, method: OffersCsfBags, collection: Collection, bm25: BM25, shards: CorpusShards | None) -> None:
-        """Under DDP, on ranks other than 0: build this rank's share of the lists and answer rank 0's searches."""
-        with split_over_processes():
-            if split_world()[1] > 1:
-                self.build(method, collection, bm25, shards).serve()
-
-    def build(
-        self, method: OffersCsfBags, collection: Collection, bm25: BM25, shards: CorpusShards | None = None
-    ) -> CsfRetriever:
-        """Inverted lists of the corpus's CSFs, one set per shard."""
-        shards = self.corpus_shards(method, collection, bm25, shards)
-        return CsfRetriever.from_shards(method.encode_query, shards, method.vocab_size, self.prune_threshold,
-                                        self.prune_fraction, self.query_batch_size, queries=method.query_prep(),
-                                        vector_dtype=self.vector_dtype, compiled=self.compile)  # fmt: skip
-
-    def save_refusal(self, retriever: Retriever) -> str:
-        """Lists split over the processes (evaluation under DDP) are not saved: each process holds its share."""
-        if self.built_here(retriever, CsfRetriever).split:
-            return "is split over the processes (each holds its share of the lists): evaluate on one to save it"
-        return ""
-
-    def save(self, retriever: Retriever, folder: Path) -> None:
-        """The lists this index built, held whole by this process."""
-        self.built_here(retriever, CsfRetriever).save(folder)
-
-    def load(self, method: OffersCsfBags, collection: Collection, bm25: BM25, folder: Path) -> CsfRetriever:
-        """The saved lists, held whole by this process, searched with ``method``'s query bags."""
-        return CsfRetriever.load(method.encode_query, folder, corpus_ids(collection.corpus), self.query_batch_size,
-                                 method.query_prep(), self.compile)  # fmt: skip
