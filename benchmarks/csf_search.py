@@ -30,7 +30,7 @@ import torch
 
 from benchmarks.common import composed, header, side_by_side
 from retrieval_zoo.data.collections import EmbeddedName, embedded
-from retrieval_zoo.index.csurf.inverted_lists import InvertedLists
+from retrieval_zoo.index.csurf.csf import InvertedLists
 from retrieval_zoo.lexical.csf_bags import PAIR_CHUNK, CsfBags, Postings, dense_columns, max_sum_scores
 
 

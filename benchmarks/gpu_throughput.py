@@ -36,7 +36,7 @@ from benchmarks.host_syncs import report_syncs, train_step
 from benchmarks.recorded_bm25 import RecordedBM25, bm25_for
 from retrieval_zoo.data.collections import Collection, embedded
 from retrieval_zoo.encoding.encoder import Encoder
-from retrieval_zoo.index.csurf.inverted_lists import InvertedLists
+from retrieval_zoo.index.csurf.csf import InvertedLists
 from retrieval_zoo.lexical.lucene_bm25 import BM25
 
 METHODS = ("dense", "clear", "roc", "delade_cls", "csurf", "dlr_splade", "dhr_bm25_dense")

@@ -6,9 +6,9 @@ import pytest
 import torch
 
 from retrieval_zoo.encoding.backbones import TinyRandomBackbone
-from retrieval_zoo.index.csurf.csf import CsfRetriever
+from retrieval_zoo.index.csurf.csf import InvertedLists
+from retrieval_zoo.index.csurf.csf_retriever import CsfRetriever
 from retrieval_zoo.index.csurf.explain import best_pairs, explanation
-from retrieval_zoo.index.csurf.inverted_lists import InvertedLists
 from retrieval_zoo.index.csurf.payload import encode_bags_payload
 from retrieval_zoo.index.shards import CorpusShards
 from retrieval_zoo.lexical.csf_bags import CsfBags, Postings, csf_bags, max_sum_scores

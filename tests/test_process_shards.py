@@ -9,8 +9,8 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-from retrieval_zoo.index.csurf.csf import CsfRetriever
-from retrieval_zoo.index.csurf.inverted_lists import InvertedLists
+from retrieval_zoo.index.csurf.csf import InvertedLists
+from retrieval_zoo.index.csurf.csf_retriever import CsfRetriever
 from retrieval_zoo.index.process_shards import lowest_share_masks, merge_rows, own_shards, split_over_processes
 from tests.test_csurf import bag_shards, sparse_model
 from tests.test_ddp_losses import free_port
@@ -106,7 +106,7 @@ def test_two_gloo_ranks_search_their_halves_and_merge_to_one_process(tiny, tmp_p
 
 
 def test_bad_settings_fail_at_construction_with_the_choices() -> None:
-    from retrieval_zoo.index.csurf.inverted_lists import InvertedLists
+    from retrieval_zoo.index.csurf.csf import InvertedLists
 
     choices = r"vector_dtype must be one of \('float32', 'float16', 'bfloat16'\), not 'int8'"
     with pytest.raises(ValueError, match=choices):

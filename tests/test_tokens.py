@@ -75,7 +75,7 @@ def test_a_killed_build_resumes_and_a_damaged_cache_is_rebuilt(tiny, cache_dir, 
 
 def test_corpus_encoding_from_cached_tokens_equals_encoding_the_texts(tiny, tiny_bm25, cache_dir) -> None:
     from retrieval_zoo.encoding.tokens import CachedTexts
-    from retrieval_zoo.index.csurf.inverted_lists import InvertedLists
+    from retrieval_zoo.index.csurf.csf import InvertedLists
     from retrieval_zoo.index.vectors.faiss import Faiss
     from retrieval_zoo.methods.delade import DeLADE
     from retrieval_zoo.methods.dense import DenseBiEncoder
@@ -174,7 +174,7 @@ def test_evaluation_encodes_corpus_and_queries_from_token_caches(tiny, tiny_bm25
     to its last (ordered by characters, they do not on these queries).
     """
     from retrieval_zoo.evaluation.stages import evaluate_method
-    from retrieval_zoo.index.csurf.inverted_lists import InvertedLists
+    from retrieval_zoo.index.csurf.csf import InvertedLists
     from retrieval_zoo.index.terms.gip import Gip
     from retrieval_zoo.index.vectors.faiss import Faiss
     from retrieval_zoo.methods.csurf import CSurF

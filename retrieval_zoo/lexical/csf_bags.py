@@ -10,7 +10,7 @@ the query CSFs whose source is q_i. :func:`max_sum_scores` computes it only over
 CSFs are sorted by surface form (:class:`Postings`, contiguous inverted lists), each query CSF reads the run of its
 own form, and the pair scores are max-reduced into (query token, document) cells, then summed over query tokens.
 Training scores a batch through the same function over the batch's documents, and the inverted index
-(:mod:`retrieval_zoo.index.csurf.csf`) over the corpus, so retrieval scores exactly as training does.
+(:mod:`retrieval_zoo.index.csurf.csf_retriever`) over the corpus, so retrieval scores exactly as training does.
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 A shard of the corpus is encoded once into named tensors (:func:`encode_bags_payload`), written by
 :class:`~retrieval_zoo.index.shards.CorpusShards`, and read back as bags (:func:`payload_bags`) to build the lists of
-:mod:`retrieval_zoo.index.csurf.csf`.
+:mod:`retrieval_zoo.index.csurf.csf_retriever`.
 """
 
 from __future__ import annotations
