@@ -13,7 +13,20 @@ def test_pair_scores_equal_pyserini_search_scores(tiny, tiny_bm25) -> None:
         assert score == pytest.approx(run[qid][docid], abs=1e-3)  # Anserini writes runs with 4 decimals
 
 
-def test_search_is_cached_and_keyed_by_parameters(tiny, tiny_bm25) -> None:
+def test_a_few_queries_get_searchcollections_run_from_a_searcher_kept_open(tiny, tiny_bm25, monkeypatch) -> None:
+    from retrieval_zoo.lexical.lucene_bm25 import FEW_QUERIES
+
+    queries = dict(list(tiny.judged_queries("dev").items())[:FEW_QUERIES])
+    few = {qid: tiny_bm25.search({qid: text}, k=100)[qid] for qid, text in queries.items()}  # one at a time
+    assert tiny_bm25.search(queries, k=100) == few  # the searcher's, as a set of at most FEW_QUERIES
+    monkeypatch.setattr("retrieval_zoo.lexical.lucene_bm25.FEW_QUERIES", 0)
+    many = tiny_bm25.search(queries, k=100)  # SearchCollection's run file
+    assert all(list(few[qid].items()) == list(many[qid].items()) for qid in queries)  # ids, order, scores
+    assert tiny_bm25.search({"q": "zzzqqqxxy"}, k=10) == {"q": {}}  # no matching term: an empty ranking
+
+
+def test_search_is_cached_and_keyed_by_parameters(tiny, tiny_bm25, monkeypatch) -> None:
+    monkeypatch.setattr("retrieval_zoo.lexical.lucene_bm25.FEW_QUERIES", 0)  # SearchCollection's run files
     from retrieval_zoo.lexical.lucene_bm25 import BM25
 
     queries = tiny.judged_queries("dev")
@@ -61,7 +74,8 @@ def test_a_cache_that_does_not_match_the_collection_is_an_error(tiny, tiny_bm25)
         ready.write_text(original)
 
 
-def test_a_cached_run_with_a_document_the_collection_lacks_is_an_error(tiny, tiny_bm25) -> None:
+def test_a_cached_run_with_a_document_the_collection_lacks_is_an_error(tiny, tiny_bm25, monkeypatch) -> None:
+    monkeypatch.setattr("retrieval_zoo.lexical.lucene_bm25.FEW_QUERIES", 0)  # SearchCollection's run files
     import gzip
 
     from retrieval_zoo.lexical.lucene_bm25 import BM25
@@ -100,7 +114,8 @@ def test_document_frequencies_of_analysed_terms(tiny, tiny_bm25) -> None:
     assert all(df >= 1 for df in tiny_bm25.document_frequencies(terms))
 
 
-def test_a_damaged_cached_run_or_index_is_rebuilt_with_a_message(tiny, tmp_path, capsys) -> None:
+def test_a_damaged_cached_run_or_index_is_rebuilt_with_a_message(tiny, tmp_path, capsys, monkeypatch) -> None:
+    monkeypatch.setattr("retrieval_zoo.lexical.lucene_bm25.FEW_QUERIES", 0)  # SearchCollection's run files
     from retrieval_zoo.lexical.lucene_bm25 import BM25
 
     bm25 = BM25(tiny, threads=2, cache_dir=tmp_path)

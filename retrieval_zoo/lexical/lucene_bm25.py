@@ -34,6 +34,7 @@ from retrieval_zoo.retriever import Retriever
 INDEX_FORMAT = "lucene-json-docvectors-v1"
 SEARCH_HITS = 2_000_000
 """Hits of one SearchCollection call: it holds them all in the JVM's heap until it writes the run."""
+FEW_QUERIES = 32  # query sets up to this size are searched by a searcher kept open, not by SearchCollection
 
 
 class BM25(Retriever):
@@ -101,7 +102,10 @@ class BM25(Retriever):
 
         Runs through Anserini's multi-threaded ``SearchCollection``, which writes the run file in Java, so memory
         stays flat for any number of queries (pyserini's ``batch_search`` holds every hit as a Python object). On
-        1,200 queries it is as fast at k ≥ 100 and slower at k = 10 (see ``benchmarks/bm25_throughput.py``).
+        1,200 queries it is as fast at k ≥ 100 and slower at k = 10 (see ``benchmarks/bm25_throughput.py``). Up to
+        :data:`FEW_QUERIES` queries (one typed into the Python retriever) are searched by a searcher kept open in the
+        worker instead, and not cached: the same hits and scores (:func:`~retrieval_zoo.lexical.lucene_ops.top_k`;
+        tested), without the class's start-up of tens of milliseconds.
 
         Args:
             queries: qid → text.
@@ -111,6 +115,9 @@ class BM25(Retriever):
             qid → {docid: BM25 score} (4 decimals, as Anserini writes runs); a query with no matching term gets
             an empty ranking.
         """
+        if len(queries) <= FEW_QUERIES:  # a searcher kept open: the same run, without SearchCollection's start-up
+            found = LuceneWorker.call(lucene_ops.top_k, str(self.index_dir), self.k1, self.b, list(queries.values()), k)
+            return {qid: dict(zip(ids, scores, strict=True)) for qid, (ids, scores) in zip(queries, found, strict=True)}
         path, index_dir = self._run_path(queries, k), self.index_dir
         with entry_lock(path):  # concurrent runs search once; the others wait, then read the file
             run = read_cached_run(path)

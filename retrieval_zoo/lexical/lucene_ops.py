@@ -60,6 +60,29 @@ def _searcher(index_dir: str, k1: float, b: float) -> tuple[Any, Any, Any]:
     return searcher, generator, autoclass("io.anserini.analysis.DefaultEnglishAnalyzer").newDefaultInstance()
 
 
+@cache
+def _bm25_searcher(index_dir: str, k1: float, b: float) -> Any:
+    """Anserini's searcher over the index with BM25(k1, b), opened once: the queries SearchCollection would run."""
+    _, _, autoclass = pyserini_lucene()
+    searcher = autoclass("io.anserini.search.SimpleSearcher")(index_dir)
+    searcher.set_bm25(k1, b)
+    return searcher
+
+
+def top_k(index_dir: str, k1: float, b: float, texts: list[str], k: int) -> list[tuple[list[str], list[float]]]:
+    """Each text's top ``k`` (document ids, scores) from a searcher kept open: a few queries without a run file.
+
+    Anserini's bag-of-words query and its default re-ranking (scores to 4 decimals, ties by document id), as
+    ``SearchCollection`` runs them; each score as that class writes it (``%f``) and a run file reads it back.
+    """
+    searcher = _bm25_searcher(index_dir, k1, b)
+    found = []
+    for text in texts:
+        hits = searcher.search(text, k)
+        found.append(([hit.docid for hit in hits], [float(f"{hit.score:f}") for hit in hits]))
+    return found
+
+
 def candidate_scores(index_dir: str, k1: float, b: float, candidates: list[tuple[str, list[str]]]) -> list[np.ndarray]:
     """BM25(query, d) of each query text's candidate documents, one Lucene search per query.
 

@@ -105,6 +105,6 @@ def load_lists(folder: Path) -> tuple[Lists, ListTotals]:
     """What :func:`save_lists` wrote into ``folder``, on the CPU."""
     lists = []
     for path in sorted(folder.glob("csf-0*.pt")):
-        saved = torch.load(path, map_location="cpu", weights_only=True)
+        saved = torch.load(path, map_location="cpu", weights_only=True, mmap=True)  # pages as searched
         lists.append((Postings(*(saved[name] for name in POSTINGS)), saved["first_row"]))
     return lists, ListTotals(**torch.load(folder / TOTALS, map_location="cpu", weights_only=True))

@@ -162,7 +162,7 @@ class Sparse(TermIndex):
 
     def load(self, method: OffersTermWeights, collection: Collection, bm25: BM25, folder: Path) -> SparseRetriever:
         """The saved matrices over the collection's documents (the saved index's corpus), queried by ``method``."""
-        saved = torch.load(folder / "sparse.pt", map_location="cpu", weights_only=True)
+        saved = torch.load(folder / "sparse.pt", map_location="cpu", weights_only=True, mmap=True)  # pages as read
         encoder = method.term_encoder(collection, bm25)
         return SparseRetriever(encoder.encode_queries, saved["docs"], saved["cls"], corpus_ids(collection.corpus),
                                self.fusion_weight(encoder), encoder.discard, encoder.batch_size,

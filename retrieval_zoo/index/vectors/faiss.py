@@ -25,6 +25,8 @@ from retrieval_zoo.index.shards import CorpusShards, Payload
 from retrieval_zoo.lexical.lucene_bm25 import BM25
 from retrieval_zoo.retriever import Retriever
 
+MAPPED = faiss.IO_FLAG_MMAP | faiss.IO_FLAG_MMAP_IFC  # a saved index's inverted lists and flat codes, memory-mapped
+
 VectorShard = tuple[Sequence[str] | range, np.ndarray]
 
 
@@ -104,13 +106,17 @@ class FaissIndex:
         np.save(folder / "docids.npy", self.docids, allow_pickle=False)
 
     def load(self, folder: Path) -> FaissIndex:
-        """The index :meth:`save` wrote into ``folder``, with these settings (search parameters, GPUs)."""
+        """The index :meth:`save` wrote into ``folder``, with these settings (search parameters, GPUs).
+
+        The files are memory-mapped, not read (:data:`MAPPED`): loading costs the same at any size, and the pages a
+        search touches are read then (a GPU index is copied to the GPU whole).
+        """
         files = sorted(folder.glob("faiss-*.index"))
         if not files:
             raise FileNotFoundError(f"{folder}: no faiss-*.index file")
         self._gpu_count = self._gpus()
-        parts = [self._placed(faiss.read_index(str(path)), number) for number, path in enumerate(files)]
-        return self._joined(parts, np.load(folder / "docids.npy", allow_pickle=False))
+        parts = [self._placed(faiss.read_index(str(path), MAPPED), number) for number, path in enumerate(files)]
+        return self._joined(parts, np.load(folder / "docids.npy", mmap_mode="r", allow_pickle=False))
 
     def _gpus(self) -> int:
         """GPUs the shards go to (0: the CPU); one resource object per GPU, kept for the index's lifetime."""
