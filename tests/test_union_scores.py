@@ -3,6 +3,7 @@
 import numpy as np
 import pytest
 
+from retrieval_zoo.data.formats import top_k
 from retrieval_zoo.index.fusion import complete, interpolate, union_gaps
 from retrieval_zoo.index.vectors.faiss import FaissIndex
 
@@ -71,3 +72,32 @@ def test_bm25_candidate_scores_match_the_run_and_reach_beyond_it(tiny, tiny_bm25
         assert scores[qid][no_match] == 0.0
     with pytest.raises(KeyError, match="unknown document id 'nope' for query"):
         tiny_bm25.candidate_scores(queries, {next(iter(queries)): ["nope"]})
+
+
+@pytest.mark.parametrize(("weighted", "weight"), [("lexical", 0.3), ("semantic", 2.0)])
+def test_a_top_k_below_the_depth_is_the_whole_unions_scoring_only_what_can_reach_it(
+    weighted, weight, tiny, tiny_bm25, monkeypatch
+) -> None:
+    import torch
+
+    from retrieval_zoo.index.vectors.union import Union
+    from retrieval_zoo.methods.roc import RoC
+    from tests.conftest import tiny_encoder
+
+    model = RoC(tiny_encoder(pooling="cls")).eval()
+    weights = (weight, 1.0) if weighted == "lexical" else (1.0, weight)
+    asked: list[int] = []
+    scores = tiny_bm25.candidate_scores
+    monkeypatch.setattr(
+        tiny_bm25, "candidate_scores", lambda q, c: asked.append(sum(map(len, c.values()))) or scores(q, c)
+    )
+    with torch.inference_mode():
+        retriever = Union(depth=40, weighted=weighted, weight=weight).build(model, tiny, tiny_bm25)
+        for qid, text in list(tiny.judged_queries("dev").items())[:12]:  # one query at a time, as typed
+            bounded = retriever.search({qid: text}, 5)
+            gaps = sum(map(len, union_gaps(*retriever.runs({qid: text})).values()))
+            whole = retriever.union_runs({qid: text})  # every document of the union scored on both sides
+            expected = top_k(interpolate(*whole, weight_a=weights[0], weight_b=weights[1]), 5)
+            assert list(bounded[qid].items()) == list(expected[qid].items())  # ids, order and scores
+            assert asked[-2] <= gaps == asked[-1]  # BM25 scores asked: the bounded search's, the whole union's
+    assert sum(asked[0::2]) < sum(asked[1::2]) / 2  # the bound leaves most of the union unscored

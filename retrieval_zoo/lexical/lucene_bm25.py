@@ -234,8 +234,7 @@ class BM25(Retriever):
         Returns:
             qid → {docid: BM25 score}, 0 for a document that shares no term with the query.
         """
-        corpus = self.collection.corpus
-        unknown = next(((q, d) for q, docs in candidates.items() for d in docs if d not in corpus), None)
+        unknown = first_unknown_document(candidates, corpus_ids(self.collection.corpus))  # one lookup, vectorised
         if unknown:
             raise KeyError(f"unknown document id {unknown[1]!r} for query {unknown[0]!r}")
         qids = [q for q, docs in candidates.items() if docs]

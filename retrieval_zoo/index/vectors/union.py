@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import typing
 from pathlib import Path
 from typing import ClassVar, Literal
@@ -97,10 +98,39 @@ class HybridRetriever(Retriever):
         return top_k(lexical if lexical_side else dense, k)
 
     def search(self, queries: dict[str, str], k: int, weight: float | None = None) -> Run:
-        """Top ``k`` of the union by the weighted sum (the retriever's weight unless ``weight`` is given)."""
-        lexical, dense = self.union_runs(queries)
+        """Top ``k`` of the union by the weighted sum (the retriever's weight unless ``weight`` is given).
+
+        Below the depth, and before the whole union is scored (a few queries typed into the Python retriever), only
+        the documents that can reach the top ``k`` get their BM25 scores (:meth:`bounded_top`): the same run.
+        """
         value = self.weight if weight is None else weight
         weight_lexical, weight_dense = (value, 1.0) if self.weighted == self.parts[0] else (1.0, value)
+        unscored = self._union is None or self._union[0] != queries
+        if self.union_scores == "exact" and k < self.depth and unscored and weight_lexical >= 0:
+            return self.bounded_top(queries, k, weight_lexical, weight_dense)
+        lexical, dense = self.union_runs(queries)
+        return top_k(interpolate(lexical, dense, weight_a=weight_lexical, weight_b=weight_dense), k)
+
+    def bounded_top(self, queries: dict[str, str], k: int, weight_lexical: float, weight_dense: float) -> Run:
+        """The exact union's top ``k``, BM25-scoring only the dense documents whose bound reaches it.
+
+        Every document of BM25's top ``depth`` is scored on both sides (the dense side by inner products), which
+        fixes τ, the k-th best fused score among them. A dense document outside BM25's top ``depth`` has BM25 at
+        most the depth-th score s (0 when BM25 found fewer): one whose weight·s + its dense part is below τ is
+        beaten by k documents whatever its BM25 score, so it is left out; the others are scored as in
+        :meth:`union_runs`. With ``weight_lexical`` ≥ 0 the bound holds in floating point too.
+        """
+        lexical, dense = self.runs(queries)
+        dense = complete(dense, self.dense.candidate_scores(queries, union_gaps(dense, lexical)))
+        reach: dict[str, list[str]] = {}
+        for qid, found in lexical.items():
+            floor = min(found.values()) if len(found) >= self.depth else 0.0
+            known = sorted((weight_lexical * s + weight_dense * dense[qid][d] for d, s in found.items()), reverse=True)
+            threshold = known[k - 1] if len(known) >= k else -math.inf
+            reach[qid] = [d for d, s in dense[qid].items()
+                          if d not in found and weight_lexical * floor + weight_dense * s >= threshold]  # fmt: skip
+        lexical = complete(lexical, self.bm25.candidate_scores(queries, reach))
+        dense = {qid: {d: dense[qid][d] for d in scores} for qid, scores in lexical.items()}
         return top_k(interpolate(lexical, dense, weight_a=weight_lexical, weight_b=weight_dense), k)
 
 
