@@ -281,3 +281,23 @@ def test_each_method_is_an_instance_of_the_protocol_of_each_representation_it_de
     statically = Path(offers.__file__).read_text()
     for name in model.representations:  # each declared pair is stated for mypy
         assert f"type[{PROTOCOLS[name].__name__}] = {type(model).__name__}" in statically, (method, name)
+
+
+def test_the_readmes_matrix_is_the_configs_and_contracts() -> None:
+    """The README's method × index table: ✓ where the index accepts what the method produces, the method's default."""
+    readme = (CONF.parents[1] / "README.md").read_text(encoding="utf-8")
+    lines = readme.split("<!-- matrix -->\n", 1)[1].split("\n\n", 1)[0].splitlines()
+    header = [cell.strip().strip("`") for cell in lines[0].strip("|").split("|")][1:]
+    shown = {}
+    for line in lines[2:]:
+        method, *cells = (cell.strip() for cell in line.strip("|").split("|"))
+        shown[method.strip("`")] = dict(zip(header, cells, strict=True))
+    assert sorted(shown) == METHODS and header == INDEXES
+    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
+        defaults = {m: compose("train", [f"method={m}"], return_hydra_config=True).hydra.runtime.choices.index
+                    for m in METHODS}  # fmt: skip
+    for method in METHODS:
+        for index in INDEXES:
+            expected = "" if not pair_is_compatible(composed(method, index)) else "✓"
+            expected = "**default**" if index == defaults[method] else expected
+            assert shown[method][index] == expected, (method, index)

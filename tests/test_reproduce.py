@@ -8,7 +8,7 @@ import pytest
 
 from retrieval_zoo.reproduce.__main__ import main, planned
 from retrieval_zoo.reproduce.cells import compare_table, tolerance
-from retrieval_zoo.reproduce.registry import REGISTRY, Expected, load_registry, load_table, readme_tables
+from retrieval_zoo.reproduce.registry import REGISTRY, Expected, docs_tables, load_registry, load_table
 from retrieval_zoo.reproduce.runner import Runner
 from tests.test_end_to_end import REPO, tiny_dataset
 
@@ -166,12 +166,13 @@ def test_unknown_table_names_fail_with_the_registry_s_tables(capsys) -> None:
     assert "unknown tables ['nope']; the registry has" in capsys.readouterr().err
 
 
-def test_every_registered_table_is_the_readme_s_table_and_says_where_it_was_reproduced() -> None:
-    readme = readme_tables((REPO / "README.md").read_text())
+def test_every_registered_table_is_a_docs_page_s_table_and_says_where_it_was_reproduced() -> None:
+    pages = docs_tables()
     registry = load_registry(REGISTRY)
-    assert set(readme) == set(registry), "every README table has a registry file and a <!-- reproduce:NAME --> marker"
+    assert set(pages) == set(registry), "every results table has a registry file and a <!-- reproduce:NAME --> marker"
+    assert "reproduce:" not in (REPO / "README.md").read_text(), "the README shows no registered table: the docs do"
     for name, table in registry.items():
-        preamble, rows = readme[name]
+        _, preamble, rows = pages[name]
         where = table.reproduced
         assert f"Last reproduced at commit {where['commit']} on {where['machine']}" in preamble.replace("\n", " "), name
         for row in table.rows:

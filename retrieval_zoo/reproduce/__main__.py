@@ -1,4 +1,4 @@
-"""Re-run the README's tables and compare every cell with its registered value (pyserini's 2CR, for this zoo).
+"""Re-run the docs' results tables and compare every cell with its registered value (pyserini's 2CR, for this zoo).
 
     python -m retrieval_zoo.reproduce --list                  # the tables, their jobs and what a run costs
     python -m retrieval_zoo.reproduce --quick                 # seed 13 and the headline rows of every table
@@ -25,12 +25,12 @@ from pathlib import Path
 
 from retrieval_zoo.cache import write_json
 from retrieval_zoo.reproduce.cells import as_json, compare_table, markdown
-from retrieval_zoo.reproduce.registry import REGISTRY, Job, Table, load_registry, load_tolerances
+from retrieval_zoo.reproduce.registry import REGISTRY, Job, Table, docs_tables, load_registry, load_tolerances
 from retrieval_zoo.reproduce.runner import ROOT, Runner
 
 
 def machine() -> str:
-    """This CPU as the registry and the README name machines: model, family/model numbers, vector ISA, cores."""
+    """This CPU as the registry and the docs name machines: model, family/model numbers, vector ISA, cores."""
     info = {}
     try:
         for line in subprocess.run(["lscpu"], capture_output=True, text=True, check=True).stdout.splitlines():
@@ -93,10 +93,12 @@ def run_table(table: Table, runner: Runner, quick: bool) -> tuple[dict, dict[str
 
 
 def list_tables(tables: dict[str, Table]) -> None:
-    """One block per table: its rows, jobs and seeds, quick rows and where it was last reproduced."""
+    """One block per table: its page, rows, jobs and seeds, quick rows and where it was last reproduced."""
+    pages = docs_tables()
     for table in tables.values():
         full, quick = planned(table, False), planned(table, True)
-        print(f"{table.name}: {table.title}  [{table.path.relative_to(table.path.parent.parent)}]")
+        page = f"docs/{pages[table.name][0]}" if table.name in pages else "on no docs page"
+        print(f"{table.name}: {table.title}  [{table.path.relative_to(table.path.parent.parent)}; shown in {page}]")
         print(f"  reproduced at {table.reproduced['commit']} on {table.reproduced['machine']}")
         headline = ", ".join(r.name for r in table.rows if r.quick)
         runs, quick_runs = sum(map(len, full.values())), sum(map(len, quick.values()))

@@ -1,12 +1,13 @@
-"""The reproduction registry: one YAML file per README table, each cell's command, committed value and tolerance.
+"""The reproduction registry: one YAML file per results table, each cell's command, committed value and tolerance.
 
-A table file (``reproductions/<table>.yaml``) names the README table it registers (the ``<!-- reproduce:<table> -->``
-marker above it), where it was last reproduced, the jobs that make its numbers and its rows::
+A table file (``reproductions/<table>.yaml``) names the docs page's table it registers (the ``<!-- reproduce:<table>
+-->`` marker above it, on any page under ``docs/``), where it was last reproduced, the jobs that make its numbers and
+its rows::
 
     table: default
     title: The default run
     reproduced: {commit: 1a2b3c4, machine: "AMD EPYC (family 25, model 1; AVX2), 2 cores"}
-    columns: {MRR@10: MRR@10, λ: tuning.value}       # README column -> results.json field
+    columns: {MRR@10: MRR@10, λ: tuning.value}       # the table's column -> results.json field
     jobs:
       dense: {train: [], seeds: [13]}                   # python train.py <train> seed=S
       naive: {evaluate: [method=roc], of: dense}        # python evaluate.py run_dir=<dense's run> <evaluate>
@@ -14,7 +15,7 @@ marker above it), where it was last reproduced, the jobs that make its numbers a
     rows:
       - {name: dense, job: dense, system: dense, quick: true, cells: {MRR@10: "0.5585", λ: "0.33 ± 0.06"}}
 
-A cell is written as the README writes it: ``"0.5585"`` (one seed), ``"0.4483 ± 0.0186"`` (mean ± sample sd over the
+A cell is written as the page writes it: ``"0.5585"`` (one seed), ``"0.4483 ± 0.0186"`` (mean ± sample sd over the
 job's seeds) or ``"1.2, 1.0, 1.1"`` (one value per seed); a unit (``"24.4 MiB"``) and ``**bold**`` are ignored. A row's
 ``first_seed`` gives a mean ± sd cell's value at the job's first seed alone, so that ``--quick`` checks it to the
 machine tolerance instead of to the seed-to-seed spread.
@@ -35,6 +36,7 @@ import yaml
 from retrieval_zoo.evaluation.metrics import MEASURES
 
 REGISTRY = Path(__file__).resolve().parents[2] / "reproductions"
+DOCS = Path(__file__).resolve().parents[2] / "docs"  # the pages that show the tables
 MIB = 2**20
 
 
@@ -191,10 +193,21 @@ def field_value(results: dict, system: str, field_name: str) -> float | None:
     return float(value) if isinstance(value, int | float) else None
 
 
-def readme_tables(text: str) -> dict[str, tuple[str, list[dict[str, str]]]]:
-    """The README's registered tables: name → (the text between marker and table, rows as column → cell text)."""
+def marked_tables(text: str) -> dict[str, tuple[str, list[dict[str, str]]]]:
+    """A page's registered tables: name → (the text between marker and table, rows as column → cell text)."""
     tables = {}
     for match in re.finditer(r"<!-- reproduce:(\w+) -->\n(.*?)(\n\|.*?)(?:\n\n|\Z)", text, re.S):
         lines = [[c.strip() for c in re.split(r"(?<!\\)\|", line.strip())[1:-1]] for line in match.group(3).split("\n")]
         tables[match.group(1)] = (match.group(2), [dict(zip(lines[1], line, strict=True)) for line in lines[3:]])
     return tables
+
+
+def docs_tables(root: Path = DOCS) -> dict[str, tuple[str, str, list[dict[str, str]]]]:
+    """Every registered table of the docs site: name → (its page, relative to ``root``; preamble; rows)."""
+    found: dict[str, tuple[str, str, list[dict[str, str]]]] = {}
+    for page in sorted(root.rglob("*.md")):
+        for name, (preamble, rows) in marked_tables(page.read_text(encoding="utf-8")).items():
+            if name in found:
+                raise ValueError(f"table {name!r} is marked on two pages: {found[name][0]} and {page}")
+            found[name] = (page.relative_to(root).as_posix(), preamble, rows)
+    return found
