@@ -36,8 +36,10 @@ from retrieval_zoo.search_api import Retriever
 
 T = TypeVar("T")
 
-PAIRS = ("dense:faiss,clear:union,roc:concatenated,roc:union,delade_cls:gip,delade_cls:sparse,csurf:csf,csurf:bmp,"
-         "csurf:lucene_impact,csurf:seismic")
+PAIRS = (
+    "dense:faiss,clear:union,roc:concatenated,roc:union,delade_cls:gip,delade_cls:sparse,csurf:csf,csurf:bmp,"
+    "csurf:lucene_impact,csurf:seismic"
+)
 
 
 def seconds_of(fn: Callable[[], T]) -> tuple[float, T]:
