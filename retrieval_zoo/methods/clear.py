@@ -1,6 +1,6 @@
 """CLEAR: complementing lexical retrieval with semantic residual embeddings (Gao et al., 2021; clear.md).
 
-A siamese BERT embeds queries and documents, prefixed with <QRY> / <DOC> markers and average-pooled over real
+A siamese BERT embeds queries and documents, prefixed with ``<QRY>`` / ``<DOC>`` markers and average-pooled over real
 tokens (Eq. 2–3; the encoder's ``markers`` and ``pooling: mean`` in ``conf/method/clear.yaml``); s_emb is their dot
 product (Eq. 4). Training uses negatives sampled from BM25's top N (§3.3,
 error-based sampling; the DataModule's pool) and the hinge loss of Eq. 7, whose margin is BM25's residual (Eq. 6):
@@ -27,7 +27,7 @@ class CLEAR(DenseBiEncoder):
     """CLEAR's embedding model.
 
     Args:
-        encoder: The siamese encoder (the paper: mean pooling, <QRY> / <DOC> markers).
+        encoder: The siamese encoder (the paper: mean pooling, ``<QRY>`` / ``<DOC>`` markers).
         optim: Optimiser settings.
         xi: The margin's constant ξ (Eq. 6).
         lambda_train: Weight of BM25's residual in the margin (Eq. 6); 0 = constant margin.
