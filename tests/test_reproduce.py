@@ -228,3 +228,45 @@ def test_every_registered_command_composes_with_its_script_s_config(tmp_path) ->
                 command = runner.command(job, job.seeds[0], evaluated)[2:]
                 command = [re.sub(r"\{dir:\w+\}", str(tmp_path), part) for part in command]
                 compose(config_name=job.script, overrides=command, return_hydra_config=True)
+
+
+def test_each_tables_figures_are_drawn_from_its_registered_numbers() -> None:
+    from PIL import Image
+
+    from retrieval_zoo.reproduce.figures import digest, figure_path, registered_values
+    from retrieval_zoo.reproduce.registry import DOCS
+
+    drawn = 0
+    for table in load_registry(REGISTRY).values():
+        for figure in table.figures:
+            path = figure_path(table, figure, DOCS / "figures")
+            assert path.exists(), f"{path}: run python -m retrieval_zoo.reproduce --figures {table.name}"
+            plotted = Image.open(path).info.get("Description")
+            assert plotted == digest(figure, registered_values(table)), (
+                f"{path} plots other numbers than {table.path.name}: run python -m retrieval_zoo.reproduce "
+                f"--figures {table.name}"
+            )
+            drawn += 1
+    assert drawn >= 3
+
+
+def test_a_figure_of_a_column_the_table_lacks_is_refused(tmp_path: Path) -> None:
+    body = TWO_CELLS + "figures:\n  - {name: f, x: nDCG@10, y: MRR@10, title: t}\n"
+    with pytest.raises(ValueError, match=r"figure 'f' plots 'nDCG@10' against 'MRR@10', not both among the columns"):
+        load_table(write_registry(tmp_path, body) / "tiny.yaml")
+
+
+def test_a_run_draws_its_figures_from_what_it_measured(tmp_path: Path) -> None:
+    from retrieval_zoo.reproduce.cells import Cell
+    from retrieval_zoo.reproduce.figures import digest, draw, measured_values
+
+    body = TWO_CELLS + "figures:\n  - {name: f, x: R@100, y: MRR@10, title: t}\n"
+    table = load_table(write_registry(tmp_path / "registry", body) / "tiny.yaml")
+    cells = [Cell("tiny", "dense", "MRR@10", "0.5000", "0.5123", 0.0123, 0.01, [13], True, False),
+             Cell("tiny", "dense", "R@100", "0.9000", "0.9 ± 0.01", 0.0, 0.01, [13], True, True)]  # fmt: skip
+    values = measured_values(cells)
+    assert values == {"dense": {"MRR@10": 0.5123, "R@100": 0.9}}
+    (path,) = draw(table, values, tmp_path / "figures")
+    from PIL import Image
+
+    assert Image.open(path).info["Description"] == digest(table.figures[0], values)

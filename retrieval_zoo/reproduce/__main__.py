@@ -25,7 +25,16 @@ from pathlib import Path
 
 from retrieval_zoo.cache import write_json
 from retrieval_zoo.reproduce.cells import as_json, compare_table, markdown
-from retrieval_zoo.reproduce.registry import REGISTRY, Job, Table, docs_tables, load_registry, load_tolerances
+from retrieval_zoo.reproduce.figures import draw, measured_values, registered_values
+from retrieval_zoo.reproduce.registry import (
+    DOCS,
+    REGISTRY,
+    Job,
+    Table,
+    docs_tables,
+    load_registry,
+    load_tolerances,
+)
 from retrieval_zoo.reproduce.runner import ROOT, Runner
 
 
@@ -119,6 +128,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--cache-dir", type=Path, help="job directories (default: $RETRIEVAL_ZOO_CACHE/reproduce)")
     parser.add_argument("--out", type=Path, help="where reproduce.md/json go (default: outputs/reproduce/<time>)")
     parser.add_argument("--baseline", type=Path, help="an earlier reproduce.json: every measured cell must equal it")
+    parser.add_argument("--figures", action="store_true", help="draw the tables' figures from the registry into "
+                        "docs/figures, run nothing")  # fmt: skip
     args = parser.parse_args(argv)
     tables = load_registry(args.registry)
     unknown = set(args.tables) - set(tables)
@@ -128,18 +139,24 @@ def main(argv: list[str] | None = None) -> int:
     if args.list:
         list_tables(chosen)
         return 0
+    if args.figures:
+        for table in chosen.values():
+            for path in draw(table, registered_values(table), DOCS / "figures"):
+                print(path)
+        return 0
     tolerances = load_tolerances(args.registry)
     runner = Runner(cache_dir=args.cache_dir, dry_run=args.dry_run)
     here = {"commit": commit(), "machine": machine(), "python": sys.version.split()[0], **runner.stack}
     mode = "quick" if args.quick else "full"
     print(f"reproduce: {mode}, code {runner.code}, " + ", ".join(f"{k} {v}" for k, v in here.items()))
-    sections, cells = [], []
+    sections, cells, figures = [], [], []
     for table in chosen.values():
         print(f"\n{table.name}: {table.title}")
         results, seeds = run_table(table, runner, args.quick)
         if args.dry_run:
             continue
         table_cells = compare_table(table, results, seeds, tolerances)
+        figures.append((table, measured_values(table_cells)))
         sections.append(markdown(table, table_cells))
         print("\n" + sections[-1])
         cells += table_cells
@@ -152,6 +169,8 @@ def main(argv: list[str] | None = None) -> int:
     out.mkdir(parents=True, exist_ok=True)
     (out / "reproduce.md").write_text("\n\n".join([head, *sections, summary]) + "\n")
     write_json(out / "reproduce.json", {"quick": args.quick, "machine": here, "cells": as_json(cells)})
+    for table, values in figures:  # drawn from what was measured, beside the tables
+        draw(table, values, out / "figures")
     print(f"\n{summary}; {out / 'reproduce.md'}, {out / 'reproduce.json'}")
     for cell in outside:
         print(f"OUTSIDE: {cell.table} / {cell.row} / {cell.column}: expected {cell.expected}, measured {cell.measured}")

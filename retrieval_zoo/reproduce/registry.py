@@ -101,9 +101,21 @@ class Row:
     tolerance: float | None = None  # a row whose training is not deterministic: its measured run-to-run spread
 
 
+@dataclass(frozen=True)
+class Figure:
+    """A figure of a table: one column against another, a point a row (:mod:`retrieval_zoo.reproduce.figures`)."""
+
+    name: str
+    x: str
+    y: str
+    title: str
+    log_x: bool = False
+    x_label: str = ""  # default: the column's name
+
+
 @dataclass
 class Table:
-    """One README table's registry file."""
+    """One results table's registry file."""
 
     name: str
     title: str
@@ -112,6 +124,7 @@ class Table:
     columns: dict[str, str]
     jobs: dict[str, Job]
     rows: list[Row]
+    figures: list[Figure] = field(default_factory=list)
 
     def gated(self, column: str) -> bool:
         """Whether a column's cells decide the exit status: the trec_eval measures do."""
@@ -134,7 +147,7 @@ def load_table(path: Path) -> Table:
         data = yaml.safe_load(path.read_text())
     except yaml.YAMLError as error:
         raise ValueError(f"{where}: not valid YAML: {error}") from None
-    missing = {"table", "title", "reproduced", "columns", "jobs", "rows"} - set(data or {})
+    missing = {"table", "title", "reproduced", "columns", "jobs", "rows"} - set(data or {})  # figures: optional
     if missing:
         raise ValueError(f"{where}: missing keys {sorted(missing)}")
     jobs = {name: _job(name, spec, where) for name, spec in data["jobs"].items()}
@@ -160,7 +173,14 @@ def load_table(path: Path) -> Table:
                         for key in ("cells", "first_seed"))  # fmt: skip
         rows.append(Row(spec["name"], spec["job"], spec["system"], cells, spec.get("quick", False),
                         spec.get("lexical", False), first, spec.get("tolerance")))  # fmt: skip
-    return Table(data["table"], data["title"], path, data["reproduced"], data["columns"], jobs, rows)
+    figures = []
+    for spec in data.get("figures", []):
+        figure = Figure(**spec)
+        if {figure.x, figure.y} - set(data["columns"]):
+            raise ValueError(f"{where}: figure {figure.name!r} plots {figure.x!r} against {figure.y!r}, not both "
+                             f"among the columns {list(data['columns'])}")  # fmt: skip
+        figures.append(figure)
+    return Table(data["table"], data["title"], path, data["reproduced"], data["columns"], jobs, rows, figures)
 
 
 def load_registry(directory: Path = REGISTRY) -> dict[str, Table]:
