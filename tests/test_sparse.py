@@ -82,3 +82,26 @@ def test_dense_part_joins_the_exact_sparse_bm25(tiny, tiny_bm25) -> None:
     for qid, docs in fused.items():
         for docid in list(docs)[:10]:
             assert docs[docid] == pytest.approx(lexical[qid][docid] + semantic[qid][docid], abs=1e-3)
+
+
+def test_a_few_queries_are_encoded_once_for_the_fusion_and_each_part() -> None:
+    from retrieval_zoo.lexical.lucene_bm25 import FEW_QUERIES
+    from tests.test_impact import corpus
+
+    calls: list[int] = []
+
+    def encode(texts):
+        calls.append(len(texts))
+        return torch.tensor([[1.0, float(len(t)), 0.0] for t in texts]), torch.tensor([[0.5, 1.0] for _ in texts])
+
+    shards = corpus([[1.0, 0.0, 2.0], [0.0, 1.0, 1.0], [3.0, 0.5, 0.0]], [[1.0, 0.0], [0.0, 1.0], [1.0, 1.0]])
+    retriever = SparseRetriever.from_shards(encode, shards, lam=0.5)
+    queries = {"a": "x", "b": "yy"}
+    fused = retriever.search(queries, 2)
+    parts = {part: retriever.side(part, queries, 2) for part in ("lexical", "semantic")}
+    assert calls == [2] and fused == retriever.search(queries, 2) and calls == [2]  # one encoding for all four
+    assert parts["lexical"]["a"] != parts["semantic"]["a"] or parts["lexical"]["b"] != parts["semantic"]["b"]
+    many = {f"q{i}": "z" * (i % 3 + 1) for i in range(FEW_QUERIES + 1)}  # a larger set is encoded each time
+    retriever.search(many, 2)
+    retriever.search(many, 2)
+    assert calls[1:] == [FEW_QUERIES + 1] * 2

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from abc import abstractmethod
 from collections.abc import Callable
+from typing import Any, TypeVar
 
 import numpy as np
 import torch
@@ -21,10 +22,12 @@ from retrieval_zoo.encoding.batching import PLAIN_QUERIES, Item, Prepare, QueryP
 from retrieval_zoo.index.shards import CorpusShards, Payload, merge_topk
 from retrieval_zoo.index.terms.dlr import Slicing, densify, explain, hybrid
 from retrieval_zoo.index.terms.gip_search import GipIndex
+from retrieval_zoo.lexical.lucene_bm25 import FEW_QUERIES
 from retrieval_zoo.retriever import Retriever
 from retrieval_zoo.term_matrix import row_range
 
 PartEncoder = Callable[[Item], tuple[torch.Tensor, torch.Tensor | None]]
+T = TypeVar("T")
 
 
 def densify_parts(
@@ -95,6 +98,7 @@ class PartSearch(Retriever):
     """
 
     parts = ("lexical", "semantic")
+    _encoded: tuple[tuple[str, ...], Any] | None = None  # the last query texts and their encoding
 
     @abstractmethod
     def search(self, queries: dict[str, str], k: int, part: str | None = None, weight: float | None = None) -> Run:
@@ -109,6 +113,20 @@ class PartSearch(Retriever):
     def side(self, name: str, queries: dict[str, str], k: int) -> Run:
         """One part's own top ``k`` (evaluation's component runs)."""
         return self.search(queries, k, part=name)
+
+    def encoded_once(self, texts: list[str], encode: Callable[[], T]) -> T:
+        """``encode()`` of these query texts, kept for the next call with the same few texts.
+
+        The Python retriever searches a query fused and then each part alone: the second and third search take the
+        first's encoding. Only sets of up to :data:`~retrieval_zoo.lexical.lucene_bm25.FEW_QUERIES` texts are kept
+        (a dev set's |V|-wide DeLADE vectors would hold gigabytes).
+        """
+        if len(texts) > FEW_QUERIES:
+            return encode()
+        key = tuple(texts)
+        if self._encoded is None or self._encoded[0] != key:
+            self._encoded = (key, encode())
+        return self._encoded[1]
 
 
 class DhrRetriever(PartSearch):
@@ -180,8 +198,9 @@ class DhrRetriever(PartSearch):
         """(Q, M [+ c]) values and indices of the queries, in the order of the dict."""
         texts = list(queries.values())
         lengths, prepare = self.queries.lengths(texts), self.queries.prepare
-        values, indices, _ = represent(self.encode_query, texts, self.slicing, self.lam, self.batch_size,
-                                       "densify queries", lengths, prepare)  # fmt: skip
+        values, indices, _ = self.encoded_once(texts, lambda: represent(
+            self.encode_query, texts, self.slicing, self.lam, self.batch_size, "densify queries", lengths, prepare
+        ))  # fmt: skip
         return values, indices
 
     def search(self, queries: dict[str, str], k: int, part: str | None = None, weight: float | None = None) -> Run:

@@ -168,8 +168,10 @@ class ImpactRetriever(PartSearch):
         self.check_part(part, self.cls is not None)
         qids, texts = list(queries), list(queries.values())
         encode = lambda batch: dict(zip(("lexical", "cls"), self.encode_query(batch), strict=True))  # noqa: E731
-        encoded = encode_payload(encode, texts, self.batch_size, f"encode queries ({self.name})",
-                                 self.queries.lengths(texts), self.queries.prepare)  # fmt: skip
+        encoded = self.encoded_once(texts, lambda: encode_payload(
+            encode, texts, self.batch_size, f"encode queries ({self.name})", self.queries.lengths(texts),
+            self.queries.prepare,
+        ))  # fmt: skip
         lexical, cls = columns_from(encoded["lexical"], self.discard), encoded.get("cls")
         doc_cls = self.cls if part != "lexical" else None  # the [CLS] parts, when this search fuses them
         query_cls = cls if doc_cls is not None else None

@@ -121,8 +121,9 @@ class SparseRetriever(PartSearch):
         qids = list(queries)
         encode = lambda batch: dict(zip(("lexical", "cls"), self.encode_query(batch), strict=True))  # noqa: E731
         texts = list(queries.values())
-        encoded = encode_payload(encode, texts, self.batch_size, "encode queries (exact)", self.queries.lengths(texts),
-                                 self.queries.prepare)  # fmt: skip
+        encoded = self.encoded_once(texts, lambda: encode_payload(
+            encode, texts, self.batch_size, "encode queries (exact)", self.queries.lengths(texts), self.queries.prepare
+        ))  # fmt: skip
         lexical = columns_from(encoded["lexical"], self.discard)
         cls = encoded.get("cls") if self.cls is not None else None
         step = max(1, min(self.batch_size, SCORING_FLOATS // lexical.shape[1]))  # a vocabulary of millions: fewer
