@@ -69,7 +69,8 @@ def test_concurrent_runs_on_one_fresh_cache_build_each_entry_once(tiny_dir: Path
 
     env = {**os.environ, "RETRIEVAL_ZOO_CACHE": str(tmp_path / "cache"), "WANDB_MODE": "disabled",
            "HF_HUB_OFFLINE": "1"}  # fmt: skip
-    command = [sys.executable, "evaluate.py", "method=bm25", *tiny_dataset(tiny_dir), "eval.k=100"]
+    # the training split's 120 queries: more than FEW_QUERIES, so BM25 searches them into a cached run file
+    command = [sys.executable, "evaluate.py", "method=bm25", *tiny_dataset(tiny_dir), "eval.k=100", "eval.split=train"]
     runs = [
         subprocess.Popen(
             [*command, f"hydra.run.dir={tmp_path / str(i)}"],
@@ -85,7 +86,7 @@ def test_concurrent_runs_on_one_fresh_cache_build_each_entry_once(tiny_dir: Path
     assert [run.returncode for run in runs] == [0] * 4, "\n".join(o[-2000:] for o in outputs)
     logs = "\n".join(outputs)
     assert logs.count("[bm25] indexing") == 1  # one process built the index; the others waited and read it
-    assert logs.count("[bm25] top-100 for 30 queries") == 1
+    assert logs.count("[bm25] top-100 for 120 queries") == 1
     results = [(tmp_path / str(i) / "results.json").read_text() for i in range(4)]
     assert len({json.dumps(json.loads(r)["metrics"], sort_keys=True) for r in results}) == 1
 
