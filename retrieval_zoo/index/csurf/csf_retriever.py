@@ -207,8 +207,9 @@ class CsfRetriever(Retriever):
             return None
         qids, texts = list(queries), list(queries.values())
         tops = {qid: list(run.get(qid, {}))[:depth] for qid in qids}
-        wanted = {docid for top in tops.values() for docid in top}
-        rows = {docid: row for row, docid in enumerate(self.docids) if docid in wanted}
+        wanted = sorted({docid for top in tops.values() for docid in top})
+        docs = self.docids if isinstance(self.docids, IdIndex) else IdIndex(self.docids)  # a lookup, not a corpus loop
+        rows = dict(zip(wanted, docs.known_rows(wanted, "the CSF lists' documents").tolist(), strict=True))
         with torch.inference_mode():
             bags = bags_to(self.encode_query(texts), self.device)
         query_tokens, records = self.words.tokens(texts, "query"), []

@@ -102,7 +102,7 @@ class BmpRetriever(ImpactRetriever):
         super().__init__(encode_query, corpus, lam, discard, candidates, batch_size, queries)
         self.path, self.forward, self._folder = Path(path), forward, keep
         self.oversample, self.alpha, self.beta, self.pruned_queries = oversample, alpha, beta, 0
-        self.measured_nbytes = self.path.stat().st_size + (self.cls.numel() * 4 if self.cls is not None else 0)
+        self.measured_nbytes = self.path.stat().st_size + corpus.cls_nbytes
         self.measured_nbytes += forward.nbytes if forward is not None else 0
         self.searcher = bmp.Searcher(str(self.path))
 

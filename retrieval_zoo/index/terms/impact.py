@@ -106,6 +106,11 @@ class ImpactCorpus:
 
     FILE = "impact_corpus.pt"
 
+    @property
+    def cls_nbytes(self) -> int:
+        """Stored size of the [CLS] part (float32), kept beside an engine's index; 0 without one."""
+        return self.cls.numel() * 4 if self.cls is not None else 0
+
     @classmethod
     def scan(cls, shards: CorpusShards, discard: int, levels: int) -> ImpactCorpus:
         """The corpus's scale, largest impacts and [CLS] part (:func:`scan`), nothing indexed yet."""

@@ -76,9 +76,7 @@ class LuceneImpactRetriever(ImpactRetriever):
     ) -> None:  # fmt: skip
         super().__init__(encode_query, corpus, lam, discard, candidates, batch_size, queries)
         self.index_dir, self.query_levels, self._folder = Path(index_dir), query_levels, keep
-        self.measured_nbytes = sum(file_sizes(self.index_dir).values()) + (
-            self.cls.numel() * 4 if self.cls is not None else 0
-        )
+        self.measured_nbytes = sum(file_sizes(self.index_dir).values()) + corpus.cls_nbytes
 
     @classmethod
     def from_shards(

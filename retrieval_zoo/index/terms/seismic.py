@@ -95,9 +95,7 @@ class SeismicRetriever(ImpactRetriever):
         super().__init__(encode_query, corpus, lam, discard, candidates, batch_size, queries)
         self.index, self.query_cut, self.heap_factor, self.threads = index, query_cut, heap_factor, threads
         self.string_type = import_seismic().get_seismic_string()
-        self.measured_nbytes = self.postings * 6 + (
-            self.cls.numel() * 4 if self.cls is not None else 0
-        )  # f16 value, id
+        self.measured_nbytes = self.postings * 6 + corpus.cls_nbytes  # a posting: f16 value, id
 
     @classmethod
     def from_shards(
