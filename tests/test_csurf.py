@@ -11,7 +11,8 @@ from retrieval_zoo.index.csurf.csf_retriever import CsfRetriever
 from retrieval_zoo.index.csurf.explain import best_pairs, explanation
 from retrieval_zoo.index.csurf.payload import encode_bags_payload
 from retrieval_zoo.index.shards import CorpusShards
-from retrieval_zoo.lexical.csf_bags import CsfBags, Postings, csf_bags, max_sum_scores
+from retrieval_zoo.lexical.csf_bags import CsfBags, Postings, max_sum_scores
+from retrieval_zoo.lexical.csf_texts import csf_bags
 from retrieval_zoo.lexical.splade import max_pooled_logits
 from retrieval_zoo.losses import flops, quadratic_warmup
 from retrieval_zoo.methods.csurf import CSurF

@@ -10,7 +10,9 @@ the query CSFs whose source is q_i. :func:`max_sum_scores` computes it only over
 CSFs are sorted by surface form (:class:`Postings`, contiguous inverted lists), each query CSF reads the run of its
 own form, and the pair scores are max-reduced into (query token, document) cells, then summed over query tokens.
 Training scores a batch through the same function over the batch's documents, and the inverted index
-(:mod:`retrieval_zoo.index.csurf.csf_retriever`) over the corpus, so retrieval scores exactly as training does.
+(:mod:`retrieval_zoo.index.csurf.csf_retriever`) over the corpus, so retrieval scores exactly as training does. On a
+GPU, training scores the same pairs in shapes fixed by the batch (:mod:`retrieval_zoo.lexical.csf_fixed`), the same
+scores to float32 rounding. The bags are listed from each text's CSFs by :mod:`retrieval_zoo.lexical.csf_texts`.
 """
 
 from __future__ import annotations
@@ -22,7 +24,6 @@ from typing import Literal
 
 import torch
 
-from retrieval_zoo.bounds import require_choice
 from retrieval_zoo.distributed import gather_rows, row_counts, world
 from retrieval_zoo.rows import take_rows
 from retrieval_zoo.term_matrix import csr, offsets_of
@@ -88,50 +89,6 @@ def tally(ids: torch.Tensor, size: int) -> torch.Tensor:
     """
     ids = ids.long()
     return torch.zeros(size, dtype=torch.long, device=ids.device).index_add_(0, ids, torch.ones_like(ids))
-
-
-def csf_bags(
-    expansion: torch.Tensor,
-    sources: torch.Tensor,
-    self_weights: torch.Tensor,
-    input_ids: torch.Tensor,
-    source_mask: torch.Tensor,
-    vectors: torch.Tensor | None,
-    bags: Bags = "both",
-) -> CsfBags:
-    """The bag of CSFs C = O ∪ E of each text (§3.2), or O or E alone (Table 2).
-
-    An original CSF whose token is also the grounding source of the expansion CSF of the same form is that same
-    CSF (the union is a set), so it is kept once, as the expansion CSF.
-
-    Args:
-        expansion: (T, V) w_t = max_i E_i[t] over the source positions (Eq. of §3.2).
-        sources: (T, V) s_t, the position that gives w_t.
-        self_weights: (T, L) E_i[x_i], each token's weight for its own surface form.
-        input_ids: (T, L) the tokens x_i.
-        source_mask: (T, L) True at positions that are text tokens (not padding, not [CLS]/[SEP]).
-        vectors: (T, L, dv) semantic vectors v_i, or None for weights only.
-        bags: ``both`` (O ∪ E), ``original`` (O, COIL-tok-like) or ``expansion`` (E, SPLADE-like).
-
-    Returns:
-        The CSFs, expansion ones first.
-    """
-    require_choice("bags", bags, Bags)
-    parts = []
-    if bags != "original":
-        text, surface = (expansion > 0).nonzero(as_tuple=True)
-        parts.append((text, surface, sources[text, surface], expansion[text, surface], False))
-    if bags != "expansion":
-        keep = source_mask & (self_weights > 0)
-        if bags == "both":  # (x_i, i) already in E when i grounds x_i's expansion CSF
-            keep &= sources.gather(1, input_ids) != torch.arange(input_ids.shape[1], device=input_ids.device)
-        text, position = keep.nonzero(as_tuple=True)
-        parts.append((text, input_ids[text, position], position, self_weights[text, position], True))
-    text, surface, source, weight = (torch.cat([p[i] for p in parts]) for i in range(4))
-    original = torch.cat([torch.full_like(p[0], p[4], dtype=torch.bool) for p in parts])
-    vector = None if vectors is None else take_rows(vectors.flatten(0, 1), text * vectors.shape[1] + source)
-    tokens = source_mask.sum(1)
-    return CsfBags(text, surface, source, weight, vector, original, input_ids.shape[0], input_ids.shape[1], tokens)
 
 
 def gather_bags(bags: CsfBags) -> tuple[CsfBags, int]:

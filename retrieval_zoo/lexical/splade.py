@@ -46,6 +46,7 @@ def max_pooled_logits(
     attention_mask: torch.Tensor,
     pool_mask: torch.Tensor | None = None,
     chunk: int = 1024,
+    fixed_backward: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """max_i logit_iv over the pooled positions, its argmax, and the last hidden states, per vocabulary chunk.
 
@@ -55,6 +56,8 @@ def max_pooled_logits(
         attention_mask: (B, L), 1 for real tokens.
         pool_mask: (B, L), 1 for the positions the max runs over; the attention mask when None.
         chunk: Vocabulary ids projected at a time.
+        fixed_backward: Backpropagate through every (text, id) pair, a product as large as the projection, instead
+            of only the pairs whose gradient is non-zero, which a GPU's host must count (``nonzero``) first.
 
     Returns:
         (B, V) maxima (−inf where a text has no pooled position), (B, V) their positions, and the encoder's (B, L, H)
@@ -62,7 +65,7 @@ def max_pooled_logits(
     """
     hidden, x, projection = head_inputs(model, input_ids, attention_mask)
     pool_mask = attention_mask if pool_mask is None else pool_mask
-    maxima, argmax = _PooledProjection.apply(x, projection.weight, pool_mask, chunk)
+    maxima, argmax = _PooledProjection.apply(x, projection.weight, pool_mask, chunk, fixed_backward)
     return with_bias(maxima, projection), argmax, hidden
 
 
@@ -125,11 +128,14 @@ class _PooledProjection(torch.autograd.Function):
     Only the winning position i*(v) of each id receives gradient: ∂/∂x_{i*(v)} += g_v·W_v and ∂/∂W_v += g_v·x_{i*(v)}.
     The backward visits only the ids whose incoming gradient is non-zero: after log(1 + ReLU(·)) those are the
     expanded terms, a few hundred per text, so it costs a sliver of the (B, L, |V|) projection that autograd would
-    run backwards.
+    run backwards. With ``fixed_backward`` it runs that projection backwards, per chunk, the gradient placed at each
+    id's winning position: more work, but sizes fixed by the shapes, where counting the non-zero ids stops a GPU's
+    host.
     """
 
     @staticmethod
-    def forward(ctx, x: torch.Tensor, weight: torch.Tensor, pool_mask: torch.Tensor, chunk: int):  # noqa: ANN001, ANN205
+    def forward(ctx, x: torch.Tensor, weight: torch.Tensor, pool_mask: torch.Tensor, chunk: int,  # noqa: ANN001, ANN205
+                fixed_backward: bool = False):  # fmt: skip
         maxima, positions = [], []
         for products in projected_chunks(x, weight, pool_mask, chunk):
             values, argmax = products.max(dim=1)
@@ -138,14 +144,18 @@ class _PooledProjection(torch.autograd.Function):
         argmax = torch.cat(positions, dim=1)
         ctx.save_for_backward(x, weight, argmax)
         ctx.mark_non_differentiable(argmax)
+        ctx.chunk, ctx.fixed_backward = chunk, fixed_backward
         return torch.cat(maxima, dim=1), argmax
 
     @staticmethod
-    def backward(ctx, grad: torch.Tensor, _: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, None, None]:  # noqa: ANN001
+    def backward(ctx, grad: torch.Tensor, _: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, None, None, None]:  # noqa: ANN001
         x, weight, argmax = ctx.saved_tensors
         # summed in float32 whatever autocast made of x and the maxima (bf16 on a CPU), then given their dtypes
         grad_x = torch.zeros(x.shape, dtype=torch.float32, device=x.device)
         grad_weight = torch.zeros(weight.shape, dtype=torch.float32, device=weight.device)
+        if ctx.fixed_backward:
+            _dense_backward(grad, argmax, x, weight, grad_x, grad_weight, ctx.chunk)
+            return grad_x.to(x.dtype), grad_weight.to(weight.dtype), None, None, None
         text, term = grad.nonzero(as_tuple=True)
         step = 1 << 18  # (text, id) pairs at a time: bounded memory however dense the incoming gradient
         for first in range(0, len(text), step):
@@ -153,7 +163,23 @@ class _PooledProjection(torch.autograd.Function):
             g, position = grad[t, v].unsqueeze(1).float(), argmax[t, v]
             add_rows(grad_x.view(-1, x.shape[-1]), t * x.shape[1] + position, g * weight[v].float())  # rows repeat
             add_rows(grad_weight, v, g * x[t, position].float())
-        return grad_x.to(x.dtype), grad_weight.to(weight.dtype), None, None
+        return grad_x.to(x.dtype), grad_weight.to(weight.dtype), None, None, None
+
+
+def _dense_backward(grad: torch.Tensor, argmax: torch.Tensor, x: torch.Tensor, weight: torch.Tensor,
+                    grad_x: torch.Tensor, grad_weight: torch.Tensor, chunk: int) -> None:  # fmt: skip
+    """Add the pooled projection's gradients into ``grad_x`` (B, L, H) and ``grad_weight`` (V, H), a chunk at a time.
+
+    (B, V) incoming gradient and winning positions: each chunk's gradient is placed at its positions, a (B, L, chunk)
+    tensor, and multiplied back through the projection, every size fixed by the shapes.
+    """
+    x32 = x.float()
+    for start in range(0, weight.shape[0], chunk):
+        stop = min(start + chunk, weight.shape[0])
+        placed = grad_x.new_zeros(x.shape[0], x.shape[1], stop - start)
+        placed.scatter_(1, argmax[:, start:stop].unsqueeze(1), grad[:, start:stop].unsqueeze(1).float())
+        grad_x.add_(placed @ weight[start:stop].float())
+        grad_weight[start:stop] = torch.einsum("blc,blh->ch", placed, x32)
 
 
 def splade_vectors(

@@ -27,7 +27,9 @@ from retrieval_zoo.distributed import global_mean
 from retrieval_zoo.encoding.encoder import Encoder
 from retrieval_zoo.encoding.tokens import Tokens
 from retrieval_zoo.index.terms.term_index import TermWeightsFromParts
-from retrieval_zoo.lexical.csf_bags import Bags, CsfBags, Postings, csf_bags, gather_bags, max_sum_scores
+from retrieval_zoo.lexical.csf_bags import Bags, CsfBags, Postings, gather_bags, max_sum_scores
+from retrieval_zoo.lexical.csf_fixed import fixed_max_sum_scores
+from retrieval_zoo.lexical.csf_texts import TextCsfs, csf_texts, gather_texts
 from retrieval_zoo.lexical.splade import max_pooled_logits, mlm_head_parts
 from retrieval_zoo.losses import (
     KlDirection,
@@ -42,6 +44,7 @@ from retrieval_zoo.rows import take_rows
 from retrieval_zoo.training.datamodule import TrainBatch, required
 
 Similarity = Literal["cosine", "dot"]
+StepShapes = Literal["auto", "fixed", "data"]
 
 
 class CSurF(TermWeightsFromParts, BiEncoder[CsfBags]):
@@ -61,6 +64,12 @@ class CSurF(TermWeightsFromParts, BiEncoder[CsfBags]):
         kd_weight: Weight of L_KL over each query's group (L_HN, §3.5); > 0 needs ``data.teacher_run``.
         kd_direction: ``student_teacher``, KL(model ‖ teacher), the paper's reading of L_KL (RocketQAv2's, which §3.5
             cites), or ``teacher_student``, KL(teacher ‖ model) (:func:`retrieval_zoo.losses.kl_distillation`).
+        step_shapes: How a training step scores its batch: ``data``, the pairs of CSFs that exist
+            (:func:`~retrieval_zoo.lexical.csf_bags.max_sum_scores`: the least work, sizes that depend on the data);
+            ``fixed``, every pair the shapes allow, a missing CSF weighing 0
+            (:func:`~retrieval_zoo.lexical.csf_fixed.fixed_max_sum_scores`: sizes fixed by the batch, so a GPU's host
+            never waits to read one back); ``auto``, fixed on CUDA, data elsewhere. The same scores and gradients
+            to float32 rounding.
         val_k: Validation retrieval depth.
     """
 
@@ -82,19 +91,21 @@ class CSurF(TermWeightsFromParts, BiEncoder[CsfBags]):
         gather_across_devices: bool = True,
         kd_weight: float = 0.0,
         kd_direction: KlDirection = "student_teacher",
+        step_shapes: StepShapes = "auto",
         val_k: int = 100,
     ) -> None:
         super().__init__(encoder, optim, val_k)
         require_choice("kd_direction", kd_direction, KlDirection)
         require_choice("similarity", similarity, Similarity)
         require_choice("bags", bags, Bags)
+        require_choice("step_shapes", step_shapes, StepShapes)
         _, _, projection = mlm_head_parts(encoder.model)  # fails here on a backbone without a BERT-style MLM head
         self.vocab_size = projection.out_features
         self.vector_projection = torch.nn.Linear(encoder.hidden_size, vector_dim) if vector_dim > 0 else None  # φ_v
         self.similarity, self.bags = similarity, bags
         self.lambda_q, self.lambda_d, self.flops_warmup_steps = lambda_q, lambda_d, flops_warmup_steps
         self.in_batch_negatives, self.gather_across_devices = in_batch_negatives, gather_across_devices
-        self.kd_weight, self.kd_direction = kd_weight, kd_direction
+        self.kd_weight, self.kd_direction, self.step_shapes = kd_weight, kd_direction, step_shapes
         self.register_buffer("special_ids", torch.tensor(encoder.tokenizer.all_special_ids), persistent=False)
 
     @property
@@ -102,13 +113,23 @@ class CSurF(TermWeightsFromParts, BiEncoder[CsfBags]):
         """A run's teacher scores when distilling (``kd_weight`` > 0)."""
         return frozenset({"teacher_scores"}) if self.kd_weight > 0 else frozenset()
 
-    def encode_bags(self, ids: torch.Tensor, mask: torch.Tensor) -> tuple[CsfBags, torch.Tensor]:
-        """(T, L) ids and mask → the texts' CSFs and their (T, |V|) expansion weights w_t (for FLOPS).
+    def fixed_shapes(self, device: torch.device) -> bool:
+        """Whether a training step on ``device`` scores in shapes fixed by the batch (``step_shapes``)."""
+        return self.step_shapes == "fixed" or (self.step_shapes == "auto" and device.type == "cuda")
 
-        Sources are the text's tokens: padding, [CLS] and [SEP] neither expand nor form original CSFs.
+    def encode_bags(self, ids: torch.Tensor, mask: torch.Tensor) -> tuple[CsfBags, torch.Tensor]:
+        """(T, L) ids and mask → the texts' bags of CSFs and their (T, |V|) expansion weights w_t (for FLOPS)."""
+        texts, expansion = self.encode_csfs(ids, mask)
+        return texts.listed(), expansion
+
+    def encode_csfs(self, ids: torch.Tensor, mask: torch.Tensor, fixed: bool = False) -> tuple[TextCsfs, torch.Tensor]:
+        """(T, L) ids and mask → the texts' CSFs by form and position and their (T, |V|) expansion weights w_t.
+
+        Sources are the text's tokens: padding, [CLS] and [SEP] neither expand nor form original CSFs. ``fixed``:
+        a backward pass whose sizes the shapes fix (:func:`~retrieval_zoo.lexical.splade.max_pooled_logits`).
         """
         source_mask = mask.bool() & ~torch.isin(ids, self.special_ids)
-        maxima, sources, hidden = max_pooled_logits(self.encoder.model, ids, mask, source_mask)
+        maxima, sources, hidden = max_pooled_logits(self.encoder.model, ids, mask, source_mask, fixed_backward=fixed)
         expansion = torch.log1p(torch.relu(maxima))  # w_t = max_i φ_e(x_i)[t]: φ_e is monotonic, so max first
         _, transform, projection = mlm_head_parts(self.encoder.model)
         rows = ids.flatten()  # the text's own ids repeat: take_rows sums their gradients in a fixed order
@@ -119,7 +140,7 @@ class CSurF(TermWeightsFromParts, BiEncoder[CsfBags]):
         if self.vector_projection is not None:
             vectors = torch.relu(self.vector_projection(hidden))  # φ_v
             vectors = F.normalize(vectors, dim=-1) if self.similarity == "cosine" else vectors
-        return csf_bags(expansion, sources, self_weights, ids, source_mask, vectors, self.bags), expansion
+        return csf_texts(expansion, sources, self_weights, ids, source_mask, vectors, self.bags), expansion
 
     def encode_query(self, texts: list[str] | Tokens) -> CsfBags:
         """(B,) texts, or their tokens → their bags of CSFs."""
@@ -158,11 +179,17 @@ class CSurF(TermWeightsFromParts, BiEncoder[CsfBags]):
         Under DDP the in-batch negatives are the global batch's documents (``gather_across_devices``) and FLOPS
         takes the mean weights of the global batch, so every rank's loss is its share of the single-device loss.
         """
-        q, q_weights = self.encode_bags(*self.encoder.tokenize(batch.query_input, "query"))
-        d, d_weights = self.encode_bags(*self.encoder.tokenize(batch.doc_input, "doc"))
+        query_ids, query_mask = self.encoder.tokenize(batch.query_input, "query")
+        fixed = self.fixed_shapes(query_ids.device)
+        q, q_weights = self.encode_csfs(query_ids, query_mask, fixed)
+        d, d_weights = self.encode_csfs(*self.encoder.tokenize(batch.doc_input, "doc"), fixed)
         gather = self.in_batch_negatives and self.gather_across_devices
-        candidates, first = gather_bags(d) if gather else (d, 0)
-        scores = self.score(q, candidates)  # (B, N): N documents of the batch (of the global batch when gathered)
+        if fixed:
+            candidates, first = gather_texts(d) if gather else (d, 0)
+            scores = fixed_max_sum_scores(q, candidates)
+        else:
+            listed, first = gather_bags(d.listed()) if gather else (d.listed(), 0)
+            scores = self.score(q.listed(), listed)  # (B, N): N documents of the batch (the global batch's, gathered)
         group = len(batch.docids[0])
         nll, accuracy = contrastive_nll(scores, group, first, self.in_batch_negatives)
         warmup = quadratic_warmup(self.global_step, self.flops_warmup_steps)
@@ -172,14 +199,15 @@ class CSurF(TermWeightsFromParts, BiEncoder[CsfBags]):
             "flops_doc": self.lambda_d * warmup * flops(global_mean(d_weights)),
         }
         group_scores = own_group(scores, group, first)  # (B, G)
+        (q_csfs, q_originals), (d_csfs, d_originals) = q.counts(), d.counts()
         if self.kd_weight > 0:
             teacher = required(batch.teacher_scores, "teacher_scores").to(scores.device)
             losses["kd"] = self.kd_weight * kl_distillation(group_scores, teacher, self.kd_direction)  # L_KL, §3.5
         diagnostics = {
             "accuracy": accuracy,
-            "csf_per_query": q.counts().float().mean(),
-            "csf_per_doc": d.counts().float().mean(),
-            "original_share": torch.cat([q.original, d.original]).float().mean(),
+            "csf_per_query": q_csfs.float().mean(),
+            "csf_per_doc": d_csfs.float().mean(),
+            "original_share": (q_originals.sum() + d_originals.sum()) / (q_csfs.sum() + d_csfs.sum()),
             "flops_warmup": scores.new_full((), warmup),  # a fill, not a copy from the host
             "score/positive": group_scores[:, 0].detach(),
         }
