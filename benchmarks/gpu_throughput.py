@@ -131,7 +131,7 @@ def fixed_cost(args: argparse.Namespace, collection: Collection, bm25: BM25, aut
     print("| method | bare step (ms) | step (ms) | step ÷ bare |\n|---|---|---|---|")
     for method in args.methods.split(","):
         lengths = ("method.encoder.query_max_length=8", "method.encoder.doc_max_length=8")
-        model = composed("method", method, "backbone=tiny_random", *lengths)
+        model = composed("method", method, "backbone=tiny_random", *lengths, *args.override)
         if not model.trainable:
             continue
         small_bags(model)
@@ -155,6 +155,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--end-to-end", default=None, help="a trainer config: also time `python train.py trainer=…`")
     parser.add_argument("--fixed-cost", action="store_true", help="also each step at tiny sizes ÷ the bare one's")
     parser.add_argument("--sync-debug", action="store_true", help="CUDA: print each step's and encoding's host syncs")
+    parser.add_argument(
+        "--override",
+        action="append",
+        default=[],
+        help="a Hydra override for each method's config (e.g. method.step_shapes=fixed with --methods csurf)",
+    )
     parser.add_argument("--bm25", default=None, help="record=FILE or replay=FILE: BM25's Java answers (recorded_bm25)")
     return parser.parse_args(argv)
 
@@ -180,7 +186,7 @@ def measure(args: argparse.Namespace, collection: Collection, bm25: BM25) -> Non
     print("| method | bare step (s) | step (s) | step ÷ bare | encoding docs/s | replay docs/s | project ÷ replay |")
     print("|---|---|---|---|---|---|---|")
     for method in args.methods.split(","):
-        model, index = composed("method", method, f"backbone={args.backbone}", also=("index",))
+        model, index = composed("method", method, f"backbone={args.backbone}", *args.override, also=("index",))
         if args.backbone.endswith("_random"):
             small_bags(model, splade=True)  # CSurF's bags, SPLADE's vectors as small as trained ones
         model = model.to(device)

@@ -144,7 +144,7 @@ class _PooledProjection(torch.autograd.Function):
         argmax = torch.cat(positions, dim=1)
         ctx.save_for_backward(x, weight, argmax)
         ctx.mark_non_differentiable(argmax)
-        ctx.chunk, ctx.fixed_backward = chunk, fixed_backward
+        ctx.chunk, ctx.fixed_backward, ctx.compute_dtype = chunk, fixed_backward, compute_dtype(x)
         return torch.cat(maxima, dim=1), argmax
 
     @staticmethod
@@ -154,7 +154,7 @@ class _PooledProjection(torch.autograd.Function):
         grad_x = torch.zeros(x.shape, dtype=torch.float32, device=x.device)
         grad_weight = torch.zeros(weight.shape, dtype=torch.float32, device=weight.device)
         if ctx.fixed_backward:
-            _dense_backward(grad, argmax, x, weight, grad_x, grad_weight, ctx.chunk)
+            _dense_backward(grad, argmax, x.to(ctx.compute_dtype), weight, grad_x, grad_weight, ctx.chunk)
             return grad_x.to(x.dtype), grad_weight.to(weight.dtype), None, None, None
         text, term = grad.nonzero(as_tuple=True)
         step = 1 << 18  # (text, id) pairs at a time: bounded memory however dense the incoming gradient
@@ -171,15 +171,16 @@ def _dense_backward(grad: torch.Tensor, argmax: torch.Tensor, x: torch.Tensor, w
     """Add the pooled projection's gradients into ``grad_x`` (B, L, H) and ``grad_weight`` (V, H), a chunk at a time.
 
     (B, V) incoming gradient and winning positions: each chunk's gradient is placed at its positions, a (B, L, chunk)
-    tensor, and multiplied back through the projection, every size fixed by the shapes.
+    tensor, and multiplied back through the projection, every size fixed by the shapes. The products run in ``x``'s
+    dtype, the forward's (bf16 under autocast, as autograd's backward of the forward's product would), summed into
+    the float32 gradients.
     """
-    x32 = x.float()
     for start in range(0, weight.shape[0], chunk):
         stop = min(start + chunk, weight.shape[0])
-        placed = grad_x.new_zeros(x.shape[0], x.shape[1], stop - start)
-        placed.scatter_(1, argmax[:, start:stop].unsqueeze(1), grad[:, start:stop].unsqueeze(1).float())
-        grad_x.add_(placed @ weight[start:stop].float())
-        grad_weight[start:stop] = torch.einsum("blc,blh->ch", placed, x32)
+        placed = x.new_zeros(x.shape[0], x.shape[1], stop - start)
+        placed.scatter_(1, argmax[:, start:stop].unsqueeze(1), grad[:, start:stop].unsqueeze(1).to(x.dtype))
+        grad_x.add_(placed @ weight[start:stop].to(x.dtype))
+        grad_weight[start:stop] = torch.einsum("blc,blh->ch", placed, x).float()
 
 
 def splade_vectors(
