@@ -21,7 +21,7 @@ from retrieval_zoo.methods.roc import RoC
 from retrieval_zoo.training.datamodule import TrainBatch
 from tests.conftest import CLEAR_MARKERS, float32_rounding, tiny_encoder
 
-METHODS = ("dense", "clear", "roc", "delade_cls_kd", "csurf_kd", "dense_local")
+METHODS = ("dense", "clear", "roc", "delade_cls_kd", "csurf_kd", "csurf_kd_fixed", "dense_local")
 WORLD = 2
 QUERIES = ["python library", "debian tools", "web server", "image viewer"]
 DOCS = [
@@ -42,7 +42,8 @@ def build(name: str) -> torch.nn.Module:
     mlm = tiny_encoder(mlm_head=True)
     if name == "delade_cls_kd":
         return DeLADE(mlm, cls_dim=8, kd_weight=1.0, kd_lexical_weight=0.5, kd_semantic_weight=0.5).eval()
-    model = CSurF(mlm, vector_dim=8, lambda_q=0.01, lambda_d=0.01, kd_weight=1.0).eval()
+    shapes = "fixed" if name.endswith("_fixed") else "data"  # the CUDA path: texts gathered in fixed shapes, padded
+    model = CSurF(mlm, vector_dim=8, lambda_q=0.01, lambda_d=0.01, kd_weight=1.0, step_shapes=shapes).eval()
     with torch.no_grad():  # small bags, as a trained model's
         model.encoder.model.cls.predictions.bias.fill_(-0.3)
     return model
