@@ -80,6 +80,13 @@ class Retriever(ABC):
         """The top ``k`` of one part of a fusion alone (evaluation's component runs)."""
         raise ValueError(f"{type(self).__name__} is not a fusion: it has no part {part!r}")
 
+    def search_with_parts(self, queries: dict[str, str], k: int, depth: int) -> tuple[Run, dict[str, Run]]:
+        """The fused top ``k`` and each of :attr:`fused_parts`' own top ``depth``: one search, then one per part.
+
+        A retriever that scores every part on its way to the fused score returns them from that one pass.
+        """
+        return self.search(queries, k), {part: self.side(part, queries, depth) for part in self.fused_parts}
+
     @property
     def fused_parts(self) -> tuple[str, ...]:
         """The parts evaluation searches alone: those of a fusion with a weight, else none."""

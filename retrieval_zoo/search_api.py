@@ -123,15 +123,12 @@ class Retriever:
         """
         if not query.strip():
             raise ValueError("an empty query: nothing to search")
-        found = ranked(as_written(self.searcher.search({"query": query}, k))["query"])
-        parts = {part: self.part_scores(part, query) for part in self.searcher.fused_parts}
+        fused, part_runs = self.searcher.search_with_parts({"query": query}, k, self.searcher.depth)
+        found = ranked(as_written(fused)["query"])
+        parts = {part: as_written(run)["query"] for part, run in part_runs.items()}
         corpus = self.collection.corpus
         return [Hit(docid, score, {part: scores.get(docid) for part, scores in parts.items()}, corpus[docid])
                 for docid, score in found]  # fmt: skip
-
-    def part_scores(self, part: str, query: str) -> dict[str, float]:
-        """One part's scores for ``query`` over the candidates a fusion takes from it (its ``depth``)."""
-        return as_written(self.searcher.side(part, {"query": query}, self.searcher.depth))["query"]
 
     def close(self) -> None:
         """Let go of processes that serve parts of the index, if any."""

@@ -194,6 +194,11 @@ def test_method_index(method_name: str, index_name: str, tiny, tiny_bm25, pool, 
             assert loaded.search(queries, K) == run
             for part in retriever.fused_parts:
                 assert loaded.side(part, queries, K) == retriever.side(part, queries, K)
+        # the Python retriever's one search for the fused run and each part's (one pass where the index has one)
+        fused, sides = retriever.search_with_parts(queries, K, 2 * K)
+        assert fused == run and sides.keys() == set(retriever.fused_parts)
+        for part, side in sides.items():  # GIP's parts sum their own dimensions alone: the same to float32 rounding
+            assert_same_run(side, retriever.side(part, queries, 2 * K), 1e-5)
     engine = isinstance(retriever, ImpactRetriever)  # it returns only documents its quantized impacts match
     assert all(0 < len(docs) <= K or engine and not docs for docs in run.values()) and any(run.values())
     expected = brute_force(model, index, retriever, tiny, tiny_bm25, queries, corpus)

@@ -209,13 +209,7 @@ class DhrRetriever(PartSearch):
         The [CLS] part weighs ``weight`` (default :attr:`weight`, the indexed λ until tuning sets it): the queries'
         [CLS] values are rescaled by weight / λ, so λ is tuned without re-indexing the corpus.
         """
-        values, indices = self.represent_queries(queries)
-        weight = self.weight if weight is None else weight
-        if self.cls_dims and weight != self.lam:
-            if self.lam <= 0:
-                raise ValueError("the [CLS] part was indexed with λ = 0: re-index with λ > 0 to weigh it")
-            values = values.copy()
-            values[:, values.shape[1] - self.cls_dims :] *= weight / self.lam
+        values, indices = self.weighted_queries(queries, weight)
         self.check_part(part, bool(self.cls_dims))
         if part is not None:
             split = values.shape[1] - self.cls_dims
@@ -226,6 +220,29 @@ class DhrRetriever(PartSearch):
                 values[:, :split] = 0
         qids, settings = list(queries), (self.first_stage, self.theta, self.candidates)
         return merge_topk((index.search(values, indices, qids, k, *settings) for index in self.indexes), k)
+
+    def weighted_queries(self, queries: dict[str, str], weight: float | None) -> tuple[np.ndarray, np.ndarray]:
+        """The queries' values and indices, the [CLS] part rescaled by ``weight`` / λ (default: :attr:`weight`)."""
+        values, indices = self.represent_queries(queries)
+        weight = self.weight if weight is None else weight
+        if self.cls_dims and weight != self.lam:
+            if self.lam <= 0:
+                raise ValueError("the [CLS] part was indexed with λ = 0: re-index with λ > 0 to weigh it")
+            values = values.copy()
+            values[:, values.shape[1] - self.cls_dims :] *= weight / self.lam
+        return values, indices
+
+    def search_with_parts(self, queries: dict[str, str], k: int, depth: int) -> tuple[Run, dict[str, Run]]:
+        """The fused top ``k`` and each part's own top ``depth``: from one GIP product where search is exact."""
+        exact = self.first_stage is None or all(self.candidates >= len(index.docids) for index in self.indexes)
+        if not (self.cls_dims and exact):
+            return super().search_with_parts(queries, k, depth)
+        values, indices = self.weighted_queries(queries, None)
+        depths = {None: k, "lexical": depth, "semantic": depth}
+        split = values.shape[1] - self.cls_dims
+        shards = [index.search_parts(values, indices, list(queries), depths, split) for index in self.indexes]
+        merged = {part: merge_topk((runs[part] for runs in shards), d) for part, d in depths.items()}
+        return merged[None], {part: merged[part] for part in self.fused_parts}
 
     @property
     def nbytes(self) -> int:

@@ -190,6 +190,23 @@ def gip(
     return (gate * q_values.float().unsqueeze(1) * d_values.float().unsqueeze(0)).sum(dim=2)
 
 
+def gip_parts(
+    q_values: torch.Tensor, q_indices: torch.Tensor, d_values: torch.Tensor, d_indices: torch.Tensor, split: int
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """GIP (Eq. 11) and its two parts, from one product.
+
+    The lexical part sums the dimensions before ``split`` (a DHR's DLR), the semantic part those from ``split`` on
+    (its [CLS] part, Eq. 15–16). The fused score is :func:`gip`'s to the bit; each part is the score of :func:`gip`
+    with the other part of the query zeroed to float32 rounding (a shorter sum, in another order).
+
+    Returns:
+        (Q, C) fused, lexical and semantic scores, in float32.
+    """
+    gate = q_indices.unsqueeze(1) == d_indices.unsqueeze(0)  # (Q, C, M)
+    products = gate * q_values.float().unsqueeze(1) * d_values.float().unsqueeze(0)
+    return products.sum(dim=2), products[..., :split].sum(dim=2), products[..., split:].sum(dim=2)
+
+
 def explain(
     q_values: np.ndarray, q_indices: np.ndarray, d_values: np.ndarray, d_indices: np.ndarray, slicing: Slicing
 ) -> list[tuple[int, float, float]]:

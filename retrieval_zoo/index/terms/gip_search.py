@@ -12,7 +12,7 @@ import torch
 from tqdm import tqdm
 
 from retrieval_zoo.data.formats import Run
-from retrieval_zoo.index.terms.dlr import gip
+from retrieval_zoo.index.terms.dlr import gip, gip_parts
 from retrieval_zoo.index.vectors.faiss import FaissIndex
 from retrieval_zoo.retriever import ranked_run
 
@@ -134,6 +134,25 @@ class GipIndex:
                 rows = shortlist.gather(1, order)
             run.update(ranked_run(qids[start : start + batch_size], rows, scores, self.docids))
         return run
+
+    def search_parts(self, values: np.ndarray, indices: np.ndarray, qids: list[str], depths: dict[str | None, int],
+                     split: int, batch_size: int = 64) -> dict[str | None, Run]:  # fmt: skip
+        """Exact GIP's top ``depth`` of the fused score (key None) and of its ``lexical`` and ``semantic`` parts.
+
+        One product of the queries with every document gives all three (:func:`gip_parts`); ``split`` is where the
+        [CLS] part's dimensions start. Arguments otherwise as :meth:`search` without a first stage.
+        """
+        runs: dict[str | None, Run] = {part: {} for part in depths}
+        for start in range(0, len(qids), batch_size):
+            q_values, q_indices = self._queries(values[start : start + batch_size], indices[start : start + batch_size])
+            step = max(1, self.chunk_elements // max(1, q_values.shape[0] * q_values.shape[1]))
+            chunks = [gip_parts(q_values, q_indices, self.values[i : i + step], self.indices[i : i + step], split)
+                      for i in range(0, self.values.shape[0], step)]  # fmt: skip
+            for n, part in enumerate((None, "lexical", "semantic")):
+                if part in depths:
+                    scores, rows = torch.cat([c[n] for c in chunks], dim=1).topk(min(depths[part], len(self.docids)))
+                    runs[part].update(ranked_run(qids[start : start + batch_size], rows, scores, self.docids))
+        return runs
 
     def _first_stage(
         self,

@@ -110,14 +110,28 @@ class SparseRetriever(PartSearch):
         """Mean non-zero vocabulary terms per document."""
         return nonzeros(self.docs) / len(self.docids)
 
-    @torch.inference_mode()
     def search(self, queries: dict[str, str], k: int, part: str | None = None, weight: float | None = None) -> Run:
         """Top ``k`` by the exact fused score, or by one ``part`` alone (``lexical`` or ``semantic``).
 
         The [CLS] part weighs ``weight`` (default :attr:`weight`: λ until tuning sets it).
         """
-        weight = self.weight if weight is None else weight
         self.check_part(part, self.cls is not None)
+        return self.ranked(queries, {part: k}, weight)[part]
+
+    def search_with_parts(self, queries: dict[str, str], k: int, depth: int) -> tuple[Run, dict[str, Run]]:
+        """The fused top ``k`` and each part's own top ``depth``, from one product of each part's matrix."""
+        ranked = self.ranked(queries, {None: k} | dict.fromkeys(self.fused_parts, depth))
+        return ranked[None], {part: ranked[part] for part in self.fused_parts}
+
+    @torch.inference_mode()
+    def ranked(self, queries: dict[str, str], depths: dict[str | None, int], weight: float | None = None
+               ) -> dict[str | None, Run]:  # fmt: skip
+        """Each wanted score's top ``depth``: the fused one (key None) and any ``lexical`` or ``semantic`` part alone.
+
+        Each part's products are computed once and summed as the fused score sums them, so a part's scores are those
+        of its own search.
+        """
+        weight = self.weight if weight is None else weight
         qids = list(queries)
         encode = lambda batch: dict(zip(("lexical", "cls"), self.encode_query(batch), strict=True))  # noqa: E731
         texts = list(queries.values())
@@ -127,16 +141,22 @@ class SparseRetriever(PartSearch):
         lexical = columns_from(encoded["lexical"], self.discard)
         cls = encoded.get("cls") if self.cls is not None else None
         step = max(1, min(self.batch_size, SCORING_FLOATS // lexical.shape[1]))  # a vocabulary of millions: fewer
-        run: Run = {}
+        runs: dict[str | None, Run] = {part: {} for part in depths}
         for start in range(0, len(qids), step):
-            scores = torch.zeros(len(self.docids), len(qids[start : start + step]), device=self.device)
-            if part != "semantic":
-                scores += self.docs @ dense_rows(lexical, start, start + step).T.to(self.device)
-            if part != "lexical" and self.cls is not None and cls is not None:
-                scores += weight * (self.cls @ cls[start : start + step].T.to(self.device))
-            top_scores, rows = scores.T.topk(min(k, len(self.docids)), dim=1)
-            run.update(ranked_run(qids[start : start + step], rows, top_scores, self.docids))
-        return run
+            lexical_scores = semantic_scores = None
+            if depths.keys() - {"semantic"}:
+                lexical_scores = self.docs @ dense_rows(lexical, start, start + step).T.to(self.device)
+            if depths.keys() - {"lexical"} and self.cls is not None and cls is not None:
+                semantic_scores = weight * (self.cls @ cls[start : start + step].T.to(self.device))
+            for part, depth in depths.items():
+                scores = torch.zeros(len(self.docids), len(qids[start : start + step]), device=self.device)
+                if part != "semantic" and lexical_scores is not None:
+                    scores += lexical_scores
+                if part != "lexical" and semantic_scores is not None:
+                    scores += semantic_scores
+                top_scores, rows = scores.T.topk(min(depth, len(self.docids)), dim=1)
+                runs[part].update(ranked_run(qids[start : start + step], rows, top_scores, self.docids))
+        return runs
 
 
 class Sparse(TermIndex):
