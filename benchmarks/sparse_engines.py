@@ -7,15 +7,19 @@ search (``index=lucene_impact``) and Seismic (``index=seismic``, approximate) ar
 over each quantizing engine's impacts; BMP both re-scored (its default) and by its own ranking.
 Printed: ms a query (k = 1000, the same queries, encoded before, best of 3 in alternation), MRR@10, R@1000 and
 their difference from exact, the overlap of each query's top 10 and top 1,000 with the exact ones (the latter:
-recall of the exact top 1,000), and the index sizes.
+recall of the exact top 1,000), and the index sizes. With ``--plot FOLDER``, also each search's latency against
+its agreement with exact search (the top-1000 overlap), drawn from the same measurements into
+``FOLDER/sparse_engines-<vectors>.png`` (the docs' figures: ``--plot docs/figures``).
 
     python -m benchmarks.sparse_engines [--method dlr_splade] [--run-dir outputs/<run>] [--timed-queries 200]
+                                        [--plot docs/figures]
 """
 
 from __future__ import annotations
 
 import argparse
 import copy
+import json
 import tempfile
 from pathlib import Path
 
@@ -31,6 +35,7 @@ from retrieval_zoo.index.terms.lucene_impact import LuceneImpact
 from retrieval_zoo.index.terms.seismic import Seismic
 from retrieval_zoo.index.terms.sparse import Sparse, SparseRetriever
 from retrieval_zoo.lexical.lucene_bm25 import BM25
+from retrieval_zoo.reproduce.figures import scatter
 from retrieval_zoo.term_matrix import csr, dense_rows, parts, to_csr
 
 
@@ -73,6 +78,7 @@ def main() -> None:
     parser.add_argument("--timed-queries", type=int, default=200)
     parser.add_argument("--shard-size", type=int, default=4096)
     parser.add_argument("--shards-dir", type=Path, default=None, help="keep the encoded shards there, for another run")
+    parser.add_argument("--plot", type=Path, default=None, help="a folder: also draw latency against agreement there")
     args = parser.parse_args()
     collection = embedded("default")
     queries, qrels = collection.judged_queries("dev"), collection.qrels["dev"]
@@ -114,8 +120,10 @@ def main() -> None:
     header(f"Learned sparse search: {name}'s lexical vectors, {len(docids):,} documents, {len(queries):,} queries")
     print("| search | ms / query | MRR@10 | Δ MRR@10 | R@1000 | Δ R@1000 | top-10 overlap | top-1000 overlap | index |")
     print("|---|---|---|---|---|---|---|---|---|")
+    shown = []  # (search, ms a query, top-1000 overlap): the figure's points
     for n, run in runs.items():
         m, overlap = evaluate(run, qrels), top_k_overlap(run, runs[reference_name], 10)
+        shown.append((n, 1000 * timings[n] / len(timed), top_k_overlap(run, runs[reference_name], 1000)))
         cells = [
             f"{1000 * timings[n] / len(timed):.2f}",
             f"{m['MRR@10']:.4f}",
@@ -132,6 +140,13 @@ def main() -> None:
         f"BMP left out the lowest-weighted terms of {coarse.pruned_queries} of the {len(queries):,} queries "
         "(bmp 0.2.8's 16-bit scores)"
     )
+    if args.plot is not None:
+        args.plot.mkdir(parents=True, exist_ok=True)
+        path = args.plot / f"sparse_engines-{args.method if args.run_dir is None else 'run'}.png"
+        title = f"Learned sparse search of {name}'s vectors ({len(docids):,} documents): latency and agreement"
+        labels = ("ms a query, k = 1000 (log)", "recall of exact search's top 1,000")
+        scatter(path, shown, title, labels, True, json.dumps(shown))
+        print(f"figure: {path}")
 
 
 if __name__ == "__main__":

@@ -12,7 +12,7 @@ from retrieval_zoo.index.csurf.explain import best_pairs, explanation
 from retrieval_zoo.index.csurf.payload import encode_bags_payload
 from retrieval_zoo.index.shards import CorpusShards
 from retrieval_zoo.lexical.csf_bags import CsfBags, Postings, max_sum_scores
-from retrieval_zoo.lexical.csf_texts import csf_bags
+from retrieval_zoo.lexical.csf_texts import csf_texts
 from retrieval_zoo.lexical.splade import max_pooled_logits
 from retrieval_zoo.losses import flops, quadratic_warmup
 from retrieval_zoo.methods.csurf import CSurF
@@ -96,18 +96,18 @@ def test_csf_bags_ground_expansions_and_keep_a_shared_csf_once() -> None:
     sources = torch.tensor([[0, 1, 1, 2]])  # form 1 ← a (its own token), form 2 ← a (not b), form 3 ← b
     self_weights = torch.tensor([[9.0, 1.5, 0.25, 9.0]])  # [CLS] and [SEP] never count
     vectors = torch.arange(8.0).view(1, 4, 2)
-    both = csf_bags(expansion, sources, self_weights, ids, source_mask, vectors, "both")
+    both = csf_texts(expansion, sources, self_weights, ids, source_mask, vectors, "both").listed()
     columns = (both.surface, both.source, both.weight, both.original)
     rows = set(zip(*(c.tolist() for c in columns), strict=True))
     # E: (1, a, 1.5), (2, a, 0.5), (3, b, 2.0); O: (b's own form 2, b, 0.25); a's own CSF (1, a) is already in E
     assert rows == {(1, 1, 1.5, False), (2, 1, 0.5, False), (3, 2, 2.0, False), (2, 2, 0.25, True)}
     assert both.vector[both.source == 2].tolist() == [[4.0, 5.0], [4.0, 5.0]] and both.tokens.tolist() == [2]
-    original = csf_bags(expansion, sources, self_weights, ids, source_mask, vectors, "original")
+    original = csf_texts(expansion, sources, self_weights, ids, source_mask, vectors, "original").listed()
     assert set(zip(original.surface.tolist(), original.source.tolist(), strict=True)) == {(1, 1), (2, 2)}
-    expanded = csf_bags(expansion, sources, self_weights, ids, source_mask, None, "expansion")
+    expanded = csf_texts(expansion, sources, self_weights, ids, source_mask, None, "expansion").listed()
     assert expanded.surface.tolist() == [1, 2, 3] and expanded.vector is None
     with pytest.raises(ValueError, match="bags must be one of"):
-        csf_bags(expansion, sources, self_weights, ids, source_mask, None, "neither")
+        csf_texts(expansion, sources, self_weights, ids, source_mask, None, "neither").listed()
 
 
 def test_grounding_is_the_argmax_over_source_positions() -> None:

@@ -103,19 +103,6 @@ def csf_texts(
     return TextCsfs(expansion, sources, own, input_ids, vectors, source_mask.sum(1), bags)
 
 
-def csf_bags(
-    expansion: torch.Tensor,
-    sources: torch.Tensor,
-    self_weights: torch.Tensor,
-    input_ids: torch.Tensor,
-    source_mask: torch.Tensor,
-    vectors: torch.Tensor | None,
-    bags: Bags = "both",
-) -> CsfBags:
-    """The bag of CSFs of each text, listed: :func:`csf_texts` (same arguments), then :meth:`TextCsfs.listed`."""
-    return csf_texts(expansion, sources, self_weights, input_ids, source_mask, vectors, bags).listed()
-
-
 def gather_texts(texts: TextCsfs) -> tuple[TextCsfs, int]:
     """Every rank's texts as one batch, in rank order, with gradients (in-batch negatives under DDP).
 

@@ -53,30 +53,45 @@ def figure_path(table: Table, figure: Figure, folder: Path) -> Path:
 
 def draw(table: Table, values: Values, folder: Path) -> list[Path]:
     """Every figure of ``table`` from ``values`` into ``folder``; returns the files written."""
+    folder.mkdir(parents=True, exist_ok=True)
+    written = []
+    for figure in table.figures:
+        path = figure_path(table, figure, folder)
+        labels = (figure.x_label or figure.x.replace("\\", ""), figure.y.replace("\\", ""))
+        scatter(path, points(figure, values), figure.title, labels, figure.log_x, digest(figure, values))
+        written.append(path)
+    return written
+
+
+def scatter(path: Path, shown: list[tuple[str, float, float]], title: str, labels: tuple[str, str], log_x: bool,
+            description: str) -> None:  # fmt: skip
+    """(name, x, y) points as a numbered scatter with the names in a key below, saved as a PNG at ``path``.
+
+    Args:
+        path: The PNG to write.
+        shown: The points, in the key's order.
+        title: The figure's title.
+        labels: The x and y axes' labels.
+        log_x: A logarithmic x axis.
+        description: Kept in the PNG's metadata (what the figure plots, to tell a stale figure).
+    """
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    folder.mkdir(parents=True, exist_ok=True)
-    written = []
-    for figure in table.figures:
-        shown = points(figure, values)
-        fig, axes = plt.subplots(figsize=(6.4, 3.6 + 0.17 * len(shown)))  # room for the key below
-        axes.scatter([x for _, x, _ in shown], [y for _, _, y in shown], color="tab:blue")
-        for number, (_, x, y) in enumerate(shown, start=1):
-            axes.annotate(str(number), (x, y), textcoords="offset points", xytext=(4, 3), fontsize=8)
-        if figure.log_x:
-            axes.set_xscale("log")
-        axes.set_xlabel(figure.x_label or figure.x.replace("\\", ""))
-        axes.set_ylabel(figure.y.replace("\\", ""))
-        axes.set_title(figure.title, fontsize=10)
-        axes.grid(alpha=0.3)
-        key = "\n".join(f"{number}: {name.replace(chr(96), '')}" for number, (name, _, _) in enumerate(shown, start=1))
-        fig.text(0.02, 0.01, key, fontsize=7, va="bottom", ha="left")
-        fig.subplots_adjust(bottom=(0.17 * len(shown) + 0.6) / (3.6 + 0.17 * len(shown)), top=0.9, left=0.12)
-        path = figure_path(table, figure, folder)
-        fig.savefig(path, dpi=110, metadata={"Description": digest(figure, values)})
-        plt.close(fig)
-        written.append(path)
-    return written
+    fig, axes = plt.subplots(figsize=(6.4, 3.6 + 0.17 * len(shown)))  # room for the key below
+    axes.scatter([x for _, x, _ in shown], [y for _, _, y in shown], color="tab:blue")
+    for number, (_, x, y) in enumerate(shown, start=1):
+        axes.annotate(str(number), (x, y), textcoords="offset points", xytext=(4, 3), fontsize=8)
+    if log_x:
+        axes.set_xscale("log")
+    axes.set_xlabel(labels[0])
+    axes.set_ylabel(labels[1])
+    axes.set_title(title, fontsize=10)
+    axes.grid(alpha=0.3)
+    key = "\n".join(f"{number}: {name.replace(chr(96), '')}" for number, (name, _, _) in enumerate(shown, start=1))
+    fig.text(0.02, 0.01, key, fontsize=7, va="bottom", ha="left")
+    fig.subplots_adjust(bottom=(0.17 * len(shown) + 0.6) / (3.6 + 0.17 * len(shown)), top=0.9, left=0.12)
+    fig.savefig(path, dpi=110, metadata={"Description": description})
+    plt.close(fig)
