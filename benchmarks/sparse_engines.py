@@ -123,15 +123,16 @@ def main() -> None:
     shown = []  # (search, ms a query, top-1000 overlap): the figure's points
     for n, run in runs.items():
         m, overlap = evaluate(run, qrels), top_k_overlap(run, runs[reference_name], 10)
-        shown.append((n, 1000 * timings[n] / len(timed), top_k_overlap(run, runs[reference_name], 1000)))
+        ms, deep = 1000 * timings[n] / len(timed), top_k_overlap(run, runs[reference_name], 1000)
+        shown.append((n, ms, deep))
         cells = [
-            f"{1000 * timings[n] / len(timed):.2f}",
+            f"{ms:.2f}",
             f"{m['MRR@10']:.4f}",
             f"{m['MRR@10'] - reference['MRR@10']:+.4f}",
             f"{m['R@1000']:.4f}",
             f"{m['R@1000'] - reference['R@1000']:+.4f}",
             f"{overlap:.4f}",
-            f"{top_k_overlap(run, runs[reference_name], 1000):.4f}",
+            f"{deep:.4f}",
             f"{retrievers[n].nbytes / 2**20:.1f} MiB",
         ]
         print(f"| {n} | {' | '.join(cells)} |")  # fmt: skip

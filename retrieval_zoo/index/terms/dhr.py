@@ -234,7 +234,7 @@ class DhrRetriever(PartSearch):
 
     def search_with_parts(self, queries: dict[str, str], k: int, depth: int) -> tuple[Run, dict[str, Run]]:
         """The fused top ``k`` and each part's own top ``depth``: from one GIP product where search is exact."""
-        exact = self.first_stage is None or all(self.candidates >= len(index.docids) for index in self.indexes)
+        exact = self.first_stage is None or all(index.covered_by(self.candidates) for index in self.indexes)
         if not (self.cls_dims and exact):
             return super().search_with_parts(queries, k, depth)
         values, indices = self.weighted_queries(queries, None)

@@ -186,8 +186,15 @@ def gip(
     Returns:
         (Q, C) scores, in float32.
     """
-    gate = q_indices.unsqueeze(1) == d_indices.unsqueeze(0)  # (Q, C, M)
-    return (gate * q_values.float().unsqueeze(1) * d_values.float().unsqueeze(0)).sum(dim=2)
+    return gated_products(q_values, q_indices, d_values, d_indices).sum(dim=2)
+
+
+def gated_products(
+    q_values: torch.Tensor, q_indices: torch.Tensor, d_values: torch.Tensor, d_indices: torch.Tensor
+) -> torch.Tensor:
+    """(Q, C, M) q[m]·d[m]·g[m] of every query, document and dimension, in float32: the terms GIP sums (Eq. 11)."""
+    gate = q_indices.unsqueeze(1) == d_indices.unsqueeze(0)
+    return gate * q_values.float().unsqueeze(1) * d_values.float().unsqueeze(0)
 
 
 def gip_parts(
@@ -202,8 +209,7 @@ def gip_parts(
     Returns:
         (Q, C) fused, lexical and semantic scores, in float32.
     """
-    gate = q_indices.unsqueeze(1) == d_indices.unsqueeze(0)  # (Q, C, M)
-    products = gate * q_values.float().unsqueeze(1) * d_values.float().unsqueeze(0)
+    products = gated_products(q_values, q_indices, d_values, d_indices)
     return products.sum(dim=2), products[..., :split].sum(dim=2), products[..., split:].sum(dim=2)
 
 

@@ -87,12 +87,17 @@ class GipIndex:
                 gate = self.indices[chunk] == q_indices[i : i + step].unsqueeze(1)
                 parts.append((gate * self.values[chunk] * q_values[i : i + step].unsqueeze(1)).float().sum(dim=2))
             return torch.cat(parts)
-        step = max(1, self.chunk_elements // max(1, q_values.shape[0] * q_values.shape[1]))
-        parts = [
-            gip(q_values, q_indices, self.values[i : i + step], self.indices[i : i + step])
-            for i in range(0, self.values.shape[0], step)
-        ]
+        parts = [gip(q_values, q_indices, self.values[rows], self.indices[rows]) for rows in self._blocks(q_values)]
         return torch.cat(parts, dim=1)
+
+    def _blocks(self, q_values: torch.Tensor) -> list[slice]:
+        """The document rows exact GIP scores at a time against ``q_values``: (Q × rows × M) within the chunk bound."""
+        step = max(1, self.chunk_elements // max(1, q_values.shape[0] * q_values.shape[1]))
+        return [slice(i, i + step) for i in range(0, self.values.shape[0], step)]
+
+    def covered_by(self, candidates: int) -> bool:
+        """Whether a first stage keeping K′ = ``candidates`` keeps every document: its re-rank is exact GIP."""
+        return candidates >= len(self.docids)
 
     def search(
         self,
@@ -125,7 +130,7 @@ class GipIndex:
         depth = min(candidates, len(self.docids))
         for start in tqdm(range(0, len(qids), batch_size), desc="gip search", unit="batch", leave=False):
             q_values, q_indices = self._queries(values[start : start + batch_size], indices[start : start + batch_size])
-            if first_stage is None or depth >= len(self.docids):  # K′ covers the corpus: the re-rank is exact GIP
+            if first_stage is None or self.covered_by(candidates):
                 scores, rows = self.exact_scores(q_values, q_indices).topk(min(k, len(self.docids)), dim=1)
             else:
                 shortlist = self._first_stage(first_stage, q_values, q_indices, theta, depth, start, values)
@@ -145,9 +150,8 @@ class GipIndex:
         runs: dict[str | None, Run] = {part: {} for part in depths}
         for start in range(0, len(qids), batch_size):
             q_values, q_indices = self._queries(values[start : start + batch_size], indices[start : start + batch_size])
-            step = max(1, self.chunk_elements // max(1, q_values.shape[0] * q_values.shape[1]))
-            chunks = [gip_parts(q_values, q_indices, self.values[i : i + step], self.indices[i : i + step], split)
-                      for i in range(0, self.values.shape[0], step)]  # fmt: skip
+            chunks = [gip_parts(q_values, q_indices, self.values[rows], self.indices[rows], split)
+                      for rows in self._blocks(q_values)]  # fmt: skip
             for n, part in enumerate((None, "lexical", "semantic")):
                 if part in depths:
                     scores, rows = torch.cat([c[n] for c in chunks], dim=1).topk(min(depths[part], len(self.docids)))
