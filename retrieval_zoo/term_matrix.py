@@ -50,11 +50,17 @@ def parts(matrix: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tenso
 
 
 def to_csr(matrix: torch.Tensor) -> torch.Tensor:
-    """``matrix`` as CSR (its non-zero entries); a CSR matrix as it is."""
+    """``matrix`` as CSR (its non-zero entries); a CSR matrix as it is.
+
+    On a GPU, listing the entries (``nonzero``) is the one wait for the device: the row offsets are counted from the
+    rows themselves (``torch.bincount`` of the entries' rows would read the largest back as well).
+    """
     if is_csr(matrix):
         return matrix
     rows, columns = torch.nonzero(matrix, as_tuple=True)
-    return csr(offsets_of(rows, matrix.shape[0]), columns, matrix[rows, columns], matrix.shape[1])
+    offsets = torch.zeros(matrix.shape[0] + 1, dtype=torch.int64, device=matrix.device)
+    offsets[1:] = torch.cumsum(torch.count_nonzero(matrix, dim=1), 0)
+    return csr(offsets, columns, matrix[rows, columns], matrix.shape[1])
 
 
 def offsets_of(rows: torch.Tensor, count: int) -> torch.Tensor:

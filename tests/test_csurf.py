@@ -280,7 +280,7 @@ def test_inverted_index_equals_brute_force_with_the_training_score(vector_dim: i
 
 def bag_shards(model: CSurF, corpus: dict[str, str], size: int) -> CorpusShards:
     """``corpus``'s bags of CSFs in shards of ``size`` documents, each encoded in one batch."""
-    encode = lambda ids: encode_bags_payload(model.encode_doc, [corpus[d] for d in ids], size)  # noqa: E731
+    encode = lambda ids: encode_bags_payload(model.doc_csfs, [corpus[d] for d in ids], size)  # noqa: E731
     return CorpusShards.on_demand(list(corpus), encode, size)
 
 

@@ -15,8 +15,9 @@ from __future__ import annotations
 
 import multiprocessing
 import os
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
+from typing import TypeVar
 
 import numpy as np
 import torch
@@ -24,13 +25,17 @@ from torch.utils.data import DataLoader, Dataset
 from tqdm import tqdm
 
 from retrieval_zoo.encoding.tokens import CachedTexts, Tokens
-from retrieval_zoo.term_matrix import cat_rows, is_csr, take_rows
+from retrieval_zoo.term_matrix import cat_rows, is_csr, take_rows, to_csr
 
 Texts = list[str] | CachedTexts  # what the encoding helpers batch: texts, or ids whose tokens are cached
 LengthsOf = Callable[[list[str]], list[int] | None]  # texts → their lengths in tokens, or None: go by characters
 Prepare = Callable[[list[str]], list[str]]  # a batch of texts (or ids) → the same with its tokens (TokenizedBatch)
 Item = list[str] | Tokens  # what an encoding function receives for one batch
 PREP_WORKERS = 2  # DataLoader workers preparing batches beside an accelerator
+# Unlisted encodings (dense term weights, CSFs by form) a group of batches may hold on the device before the host
+# lists them: at SPLADE's 30,522 forms in float32, about 2,000 documents' term weights or 700 documents' CSFs.
+HELD_BYTES = 256 * 2**20
+T = TypeVar("T")
 
 
 def by_characters(texts: list[str]) -> None:
@@ -169,6 +174,7 @@ def encode_payload(
     lengths: list[int] | None = None,
     prepare: Prepare | None = None,
     workers: int | None = None,
+    as_csr: frozenset[str] = frozenset(),
 ) -> dict[str, torch.Tensor]:
     """Named row-aligned float32 tensors of ``texts``, encoded in length-sorted batches, in the input order.
 
@@ -176,14 +182,26 @@ def encode_payload(
     texts) to named (n, ...) tensors; a name whose value is None is left out. When the items are ids, ``lengths``
     gives the length of the text each stands for, so batches still group similar lengths. A value given as a sparse
     CSR matrix (term weights, :mod:`retrieval_zoo.term_matrix`) stays one: its batches are stacked, then put in order.
-    ``workers`` as in :func:`prepared_batches` (0 where ``prepare`` only gathers cached tokens).
+    The dense values of the names in ``as_csr`` (mostly zero term weights) are made CSR on the encoder's device a
+    group of batches at a time (:func:`held_groups`). ``workers`` as in :func:`prepared_batches` (0 where
+    ``prepare`` only gathers cached tokens).
     """
     # Each batch's values stay on the encoder's device until the end: one copy to the host, not a wait per batch.
     pieces: dict[str, list[tuple[list[int], torch.Tensor]]] = {}
-    for batch, items in prepared_batches(texts, batch_size, lengths, prepare, desc, workers):
-        for name, value in encode(items).items():
-            if value is not None:
-                pieces.setdefault(name, []).append((batch, value.float()))
+
+    def encoded() -> Iterator[tuple[list[int], dict[str, torch.Tensor]]]:
+        for batch, items in prepared_batches(texts, batch_size, lengths, prepare, desc, workers):
+            values = encode(items).items()
+            yield batch, {name: v if name in as_csr else v.float() for name, v in values if v is not None}
+
+    unlisted = lambda values: sum(held_bytes(v) for name, v in values.items() if name in as_csr)  # noqa: E731
+    for group in held_groups(encoded(), unlisted):
+        for name in dict.fromkeys(name for _, values in group for name in values):
+            parts = [(batch, values[name]) for batch, values in group if name in values]
+            if name in as_csr and not is_csr(parts[0][1]):  # listed once for the group: the one wait for the device
+                rows = [row for batch, _ in parts for row in batch]
+                parts = [(rows, to_csr(torch.cat([value for _, value in parts]).float()).cpu())]
+            pieces.setdefault(name, []).extend((batch, value.float()) for batch, value in parts)
     out: dict[str, torch.Tensor] = {}
     for name, parts in pieces.items():  # stacked in batch order; output row i is stacked row position[i]
         position = torch.empty(len(texts), dtype=torch.long)
@@ -194,6 +212,33 @@ def encode_payload(
             stacked = torch.cat([value for _, value in parts])
             out[name] = to_host(stacked[position.to(stacked.device)])
     return out
+
+
+def held_bytes(value: torch.Tensor) -> int:
+    """The bytes a dense ``value`` holds (a CSR one: nothing, it is listed already)."""
+    return 0 if is_csr(value) else value.numel() * value.element_size()
+
+
+def held_groups(pieces: Iterable[tuple[list[int], T]], size: Callable[[T], int],
+                budget: int | None = None) -> Iterator[list[tuple[list[int], T]]]:  # fmt: skip
+    """Consecutive encoded batches ``(rows, piece)`` grouped until their pieces hold ``budget`` bytes (``size``).
+
+    What a batch gives in a size only its data fixes (the non-zero entries of term weights, a bag of CSFs) is read
+    back by the host, which waits for the device to finish everything queued before. Grouped, the host waits once a
+    group instead of once a batch, while the device encodes the group's batches back to back; ``budget`` bounds the
+    memory the group's unlisted pieces hold on the device (default :data:`HELD_BYTES`).
+    """
+    budget = HELD_BYTES if budget is None else budget
+    group: list[tuple[list[int], T]] = []
+    held = 0
+    for rows, piece in pieces:
+        group.append((rows, piece))
+        held += size(piece)
+        if held >= budget:
+            yield group
+            group, held = [], 0
+    if group:
+        yield group
 
 
 def to_host(tensor: torch.Tensor) -> torch.Tensor:

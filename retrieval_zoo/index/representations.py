@@ -27,6 +27,7 @@ from retrieval_zoo.encoding.encoder import Encoder
 from retrieval_zoo.encoding.tokens import Tokens
 from retrieval_zoo.index.shards import Payload
 from retrieval_zoo.lexical.csf_bags import CsfBags
+from retrieval_zoo.lexical.csf_texts import TextCsfs
 from retrieval_zoo.lexical.lucene_bm25 import BM25
 from retrieval_zoo.lexical.projection import RademacherProjection
 from retrieval_zoo.retriever import Represented
@@ -146,6 +147,10 @@ class OffersCsfBags(Encodes, Protocol):
 
     def encode_doc(self, texts: list[str] | Tokens) -> CsfBags:
         """(n,) texts or their tokens → their bags."""
+        ...
+
+    def doc_csfs(self, texts: list[str] | Tokens) -> TextCsfs:
+        """(n,) texts or their tokens → their CSFs in the encoder's shapes, which an index lists a group at a time."""
         ...
 
     def token_strings(self, texts: list[str], side: str) -> list[list[str]]:

@@ -64,6 +64,31 @@ class TextCsfs:
         expansion, sources, own, ids = (part[rows] for part in (self.expansion, self.sources, self.own, self.ids))
         return TextCsfs(expansion, sources, own, ids, vectors, self.tokens[rows], self.kept)
 
+    def padded(self, length: int) -> TextCsfs:
+        """The same CSFs over ``length`` ≥ L positions: the positions added hold none."""
+        pad = length - self.ids.shape[1]
+        if pad == 0:
+            return self
+        vectors = None if self.vectors is None else F.pad(self.vectors, (0, 0, 0, pad))
+        own, ids = F.pad(self.own, (0, pad)), F.pad(self.ids, (0, pad))
+        return TextCsfs(self.expansion, self.sources, own, ids, vectors, self.tokens, self.kept)
+
+    @staticmethod
+    def cat(parts: list[TextCsfs]) -> TextCsfs:
+        """The texts of ``parts`` (of one kind, one vocabulary) in order, padded to the longest."""
+        length = max(part.ids.shape[1] for part in parts)
+        parts = [part.padded(length) for part in parts]
+        vectors = [part.vectors for part in parts if part.vectors is not None]
+        return TextCsfs(
+            torch.cat([part.expansion for part in parts]),
+            torch.cat([part.sources for part in parts]),
+            torch.cat([part.own for part in parts]),
+            torch.cat([part.ids for part in parts]),
+            torch.cat(vectors) if vectors else None,
+            torch.cat([part.tokens for part in parts]),
+            parts[0].kept,
+        )
+
     def counts(self) -> tuple[torch.Tensor, torch.Tensor]:
         """(T,) |C| of each text and (T,) how many of them are original CSFs, read nothing back from the device."""
         original, expansion = (self.own > 0).sum(1), (self.expansion > 0).sum(1)  # a part not kept is all 0
@@ -114,11 +139,9 @@ def gather_texts(texts: TextCsfs) -> tuple[TextCsfs, int]:
     if world()[1] == 1:
         return texts, 0
     sizes, length = row_counts(len(texts.ids)), max(row_counts(texts.ids.shape[1]))
-    pad = length - texts.ids.shape[1]
-    own, ids = F.pad(texts.own, (0, pad)), F.pad(texts.ids, (0, pad))
-    vectors = None if texts.vectors is None else F.pad(texts.vectors, (0, 0, 0, pad))
+    texts = texts.padded(length)
     expansion, sources, own, ids, tokens = (
-        gather_rows(part, sizes)[0] for part in (texts.expansion, texts.sources, own, ids, texts.tokens)
+        gather_rows(part, sizes)[0] for part in (texts.expansion, texts.sources, texts.own, texts.ids, texts.tokens)
     )
-    vectors = None if vectors is None else gather_rows(vectors, sizes)[0]
+    vectors = None if texts.vectors is None else gather_rows(texts.vectors, sizes)[0]
     return TextCsfs(expansion, sources, own, ids, vectors, tokens, texts.kept), sum(sizes[: world()[0]])

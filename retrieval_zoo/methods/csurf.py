@@ -148,7 +148,11 @@ class CSurF(TermWeightsFromParts, BiEncoder[CsfBags]):
 
     def encode_doc(self, texts: list[str] | Tokens) -> CsfBags:
         """(N,) texts, or their tokens → their bags of CSFs."""
-        return self.encode_bags(*self.encoder.tokenize(texts, "doc"))[0]
+        return self.doc_csfs(texts).listed()
+
+    def doc_csfs(self, texts: list[str] | Tokens) -> TextCsfs:
+        """(N,) texts, or their tokens → their CSFs in the encoder's shapes, not yet listed."""
+        return self.encode_csfs(*self.encoder.tokenize(texts, "doc"))[0]
 
     def token_strings(self, texts: list[str], side: str) -> list[list[str]]:
         """Each text's tokens as strings by position (a bag's ``source``; for explanations)."""

@@ -63,7 +63,7 @@ class InvertedLists(EncodingIndex[OffersCsfBags]):
 
     def corpus_payload(self, method: OffersCsfBags, texts: Texts) -> Payload:
         """The documents' bags of CSFs."""
-        return encode_bags_payload(method.encode_doc, texts, method.encode_batch_size)
+        return encode_bags_payload(method.doc_csfs, texts, method.encode_batch_size)
 
     def serve(self, method: OffersCsfBags, collection: Collection, bm25: BM25, shards: CorpusShards | None) -> None:
         """Under DDP, on ranks other than 0: build this rank's share of the lists and answer rank 0's searches."""

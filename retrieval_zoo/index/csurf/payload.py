@@ -13,11 +13,13 @@ from typing import Literal
 import torch
 
 from retrieval_zoo.bounds import require_choice
-from retrieval_zoo.encoding.batching import Item, Texts, prepared_batches
+from retrieval_zoo.encoding.batching import Item, Texts, held_bytes, held_groups, prepared_batches
 from retrieval_zoo.index.shards import Payload
 from retrieval_zoo.lexical.csf_bags import CsfBags
+from retrieval_zoo.lexical.csf_texts import TextCsfs
 
 BagEncoder = Callable[[Item], CsfBags]
+CsfEncoder = Callable[[Item], TextCsfs]  # a batch → its CSFs, unlisted (a method's ``doc_csfs``)
 PAYLOAD_FIELDS = ("text", "surface", "source", "weight", "vector", "original")
 VectorDtype = Literal["float32", "float16", "bfloat16"]
 VECTOR_DTYPES: dict[VectorDtype, torch.dtype] = {
@@ -33,23 +35,39 @@ def storage_dtype(name: VectorDtype) -> torch.dtype:
     return VECTOR_DTYPES[name]
 
 
-def encode_bags_payload(encode: BagEncoder, texts: Texts, batch_size: int) -> Payload:
+def encode_bags_payload(encode: CsfEncoder, texts: Texts, batch_size: int) -> Payload:
     """A shard's bags of CSFs as named tensors: each CSF's ``text`` is its row in ``texts``; ``tokens`` per text.
 
-    The batches' bags stay on the encoder's device and are copied to the host once, at the end: no wait a batch.
+    The batches' CSFs stay in the encoder's shapes on its device and are listed a group at a time
+    (:func:`~retrieval_zoo.encoding.batching.held_groups`), then copied to the host: a wait a group, not a batch.
     """
     parts: list[CsfBags] = []
     rows: list[int] = []
+    cpu = torch.device("cpu")
     with torch.inference_mode():
-        for batch, items in prepared_batches(texts, batch_size, desc="encode CSFs"):
-            bags = encode(items)
-            parts.append(bags_to(bags, bags.text.device, doc_index=torch.tensor(batch)))
-            rows += batch
-    bags = bags_to(_concatenate(parts, len(texts)), torch.device("cpu"))
+        encoded = ((batch, encode(items)) for batch, items in prepared_batches(texts, batch_size, desc="encode CSFs"))
+        for group in held_groups(encoded, _unlisted_bytes):
+            group_rows = [row for batch, _ in group for row in batch]
+            parts.append(bags_to(_listed(group), cpu, torch.tensor(group_rows)))
+            rows += group_rows
+    bags = _concatenate(parts, len(texts))
     tokens = torch.zeros(len(texts))
     tokens[torch.tensor(rows)] = token_counts(bags).float()
     payload = {name: getattr(bags, name) for name in PAYLOAD_FIELDS if getattr(bags, name) is not None}
     return payload | {"tokens": tokens, "length": torch.tensor(bags.length)}
+
+
+def _listed(group: list[tuple[list[int], TextCsfs]]) -> CsfBags:
+    """A group of batches' CSFs listed at once, in the order each batch's own listing gives, batch after batch."""
+    bags = TextCsfs.cat([csfs for _, csfs in group]).listed()  # expansion CSFs of every text, then original ones
+    batch_of_text = torch.tensor([number for number, (rows, _) in enumerate(group) for _ in rows])
+    batch_of_text = batch_of_text.to(bags.text.device)
+    return bags.select(torch.sort(batch_of_text[bags.text] * 2 + bags.original, stable=True).indices)
+
+
+def _unlisted_bytes(csfs: TextCsfs) -> int:
+    """What a batch's CSFs hold on the device until they are listed: its (T, |V|) forms and sources, the most."""
+    return sum(held_bytes(part) for part in (csfs.expansion, csfs.sources, csfs.own, csfs.ids))
 
 
 def payload_bags(payload: Payload) -> CsfBags:

@@ -29,7 +29,11 @@ from retrieval_zoo.term_matrix import to_csr
 
 @dataclass
 class LexicalPart:
-    """The lexical vectors of a fusion: (n, |V|) CSR rows of queries and of documents, and their vocabulary."""
+    """The lexical vectors of a fusion: (n, |V|) rows of queries (CSR) and of documents, and their vocabulary.
+
+    Documents' rows may come dense (SPLADE's, on the encoder's device): the corpus's encoding lists them as CSR a
+    group of batches at a time (:func:`~retrieval_zoo.encoding.batching.encode_payload`'s ``as_csr``).
+    """
 
     queries: Callable[[Item], torch.Tensor]
     docs: Callable[[Item], torch.Tensor]
@@ -79,8 +83,8 @@ def splade_part(encoder: Encoder) -> LexicalPart:
     def queries(texts: Item) -> torch.Tensor:
         return to_csr(splade_vectors(encoder.model, *encoder.tokenize(texts, "query")))
 
-    def docs(ids: Item) -> torch.Tensor:
-        return to_csr(splade_vectors(encoder.model, *encoder.tokenize(ids, "doc")))
+    def docs(ids: Item) -> torch.Tensor:  # dense: listed as CSR a group of batches at a time, not a wait a batch
+        return splade_vectors(encoder.model, *encoder.tokenize(ids, "doc"))
 
     return LexicalPart(queries, docs, encoder.vocab_size, BERT_DISCARD, encoder.id_strings)
 
@@ -123,7 +127,8 @@ def fused_term_encoder(
 
     def encode_shard(ids: list[str]) -> Payload:  # batches by the texts' length in tokens, not the ids'
         lengths = text_lengths(sides[0].texts(ids)) if sides else [len(corpus[d]) for d in ids]
-        return encode_payload(encode_docs, ids, batch_size, "docs", lengths, prepare_docs, workers=0)  # a gather
+        return encode_payload(encode_docs, ids, batch_size, "docs", lengths, prepare_docs, workers=0,  # a gather
+                              as_csr=frozenset({"lexical"}))  # fmt: skip
 
     def encode_queries(texts: Item) -> tuple[torch.Tensor, torch.Tensor | None]:
         return lexical.queries(texts), semantic(texts, query=True)
