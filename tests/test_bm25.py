@@ -25,6 +25,19 @@ def test_a_few_queries_get_searchcollections_run_from_a_searcher_kept_open(tiny,
     assert tiny_bm25.search({"q": "zzzqqqxxy"}, k=10) == {"q": {}}  # no matching term: an empty ranking
 
 
+def test_candidate_scores_are_the_searchers_scores_at_any_rank(tiny, tiny_bm25) -> None:
+    queries = dict(list(tiny.judged_queries("dev").items())[:5])
+    run = tiny_bm25.search(queries, k=20)
+    others = [d for d in tiny.corpus if all(d not in found for found in run.values())][:30]
+    candidates = {qid: list(reversed(run[qid])) + others for qid in queries}  # any order, ranked or not
+    scores = tiny_bm25.candidate_scores(queries, candidates)
+    for qid, found in run.items():
+        assert all(scores[qid][d] == pytest.approx(s, abs=1e-4) for d, s in found.items())  # runs keep 4 decimals
+        floor = min(found.values()) if len(found) == 20 else 0.0
+        assert all(scores[qid][d] <= floor + 1e-4 for d in others)  # outside the top 20: at most its 20th score
+    assert tiny_bm25.candidate_scores({"q": "zzzqqqxxy"}, {"q": others[:3]}) == {"q": dict.fromkeys(others[:3], 0.0)}
+
+
 def test_search_is_cached_and_keyed_by_parameters(tiny, tiny_bm25, monkeypatch) -> None:
     monkeypatch.setattr("retrieval_zoo.lexical.lucene_bm25.FEW_QUERIES", 0)  # SearchCollection's run files
     from retrieval_zoo.lexical.lucene_bm25 import BM25

@@ -48,9 +48,9 @@ def pair_scores(index_dir: str, k1: float, b: float, pairs: list[tuple[str, str]
 @cache
 def _searcher(index_dir: str, k1: float, b: float) -> tuple[Any, Any, Any]:
     """A BM25 ``IndexSearcher`` over the index, Anserini's bag-of-words query generator and its analyzer."""
+    _, _, autoclass = pyserini_lucene()  # first: importing jnius starts the JVM, with pyserini's classpath only after
     from jnius import cast
 
-    _, _, autoclass = pyserini_lucene()
     reader = autoclass("org.apache.lucene.index.DirectoryReader").open(
         autoclass("org.apache.lucene.store.FSDirectory").open(autoclass("java.nio.file.Paths").get(index_dir))
     )
@@ -61,25 +61,29 @@ def _searcher(index_dir: str, k1: float, b: float) -> tuple[Any, Any, Any]:
 
 
 @cache
-def _bm25_searcher(index_dir: str, k1: float, b: float) -> Any:
-    """Anserini's searcher over the index with BM25(k1, b), opened once: the queries SearchCollection would run."""
+def _ranking(index_dir: str) -> tuple[Any, Any, Any]:
+    """The pieces of Anserini's BM25 ranking: its sort (score, ties by document id), ``ScoredDocs`` and the adjuster."""
     _, _, autoclass = pyserini_lucene()
-    searcher = autoclass("io.anserini.search.SimpleSearcher")(index_dir)
-    searcher.set_bm25(k1, b)
-    return searcher
+    sort = autoclass("io.anserini.search.SearchCollection").BREAK_SCORE_TIES_BY_DOCID
+    adjuster = autoclass("io.anserini.rerank.lib.ScoreTiesAdjusterReranker")()
+    return sort, autoclass("io.anserini.search.ScoredDocs"), adjuster
 
 
 def top_k(index_dir: str, k1: float, b: float, texts: list[str], k: int) -> list[tuple[list[str], list[float]]]:
     """Each text's top ``k`` (document ids, scores) from a searcher kept open: a few queries without a run file.
 
-    Anserini's bag-of-words query and its default re-ranking (scores to 4 decimals, ties by document id), as
-    ``SearchCollection`` runs them; each score as that class writes it (``%f``) and a run file reads it back.
+    The steps of Anserini's ``SimpleSearcher.search`` and ``SearchCollection``: the bag-of-words query, Lucene's top
+    ``k`` with ties at the cut-off broken by document id, and the score-ties adjustment (scores to 4 decimals, each
+    tie lowered by 1e-6); each score as ``SearchCollection`` writes it (``%f``) and a run file reads it back. The hits
+    come back as two arrays: reading ``SimpleSearcher``'s hit objects one by one took half a query at k = 1,000.
     """
-    searcher = _bm25_searcher(index_dir, k1, b)
+    searcher, generator, analyzer = _searcher(index_dir, k1, b)
+    sort, scored_docs, adjuster = _ranking(index_dir)
     found = []
     for text in texts:
-        hits = searcher.search(text, k)
-        found.append(([hit.docid for hit in hits], [float(f"{hit.score:f}") for hit in hits]))
+        query = generator.buildQuery("contents", analyzer, text)
+        hits = adjuster.rerank(scored_docs.fromTopDocs(searcher.search(query, k, sort, True), searcher), None)
+        found.append((list(hits.docids), [float(f"{score:f}") for score in hits.scores]))
     return found
 
 
@@ -104,7 +108,7 @@ def candidate_scores(index_dir: str, k1: float, b: float, candidates: list[tuple
     bytes_ref, array_list = autoclass("org.apache.lucene.util.BytesRef"), autoclass("java.util.ArrayList")
     builder, occur = autoclass("org.apache.lucene.search.BooleanQuery$Builder"), autoclass(BOOLEAN_OCCUR)
     term_in_set = autoclass("org.apache.lucene.search.TermInSetQuery")
-    stored = searcher.storedFields()
+    _, scored_docs, _ = _ranking(index_dir)
     out = []
     for text, docids in tqdm(candidates, desc="bm25 candidate scores", leave=False, mininterval=5):
         ids = array_list(len(docids))
@@ -113,8 +117,8 @@ def candidate_scores(index_dir: str, k1: float, b: float, candidates: list[tuple
         query = builder()
         query.add(generator.buildQuery("contents", analyzer, text), occur.MUST)
         query.add(term_in_set("id", ids), occur.FILTER)  # restricts, adds nothing to the score
-        hits = searcher.search(query.build(), max(len(docids), 1)).scoreDocs
-        found = {stored.document(hit.doc).get("id"): hit.score for hit in hits}
+        hits = scored_docs.fromTopDocs(searcher.search(query.build(), max(len(docids), 1)), searcher)  # ids in Java
+        found = dict(zip(hits.docids, hits.scores, strict=True))
         out.append(np.array([found.get(docid, 0.0) for docid in docids], dtype=np.float32))
     return out
 
