@@ -30,7 +30,7 @@ def test_clear_and_its_ablations_compose_and_run(tiny_dir: Path, tmp_path: Path)
         assert results["metrics"]["clear (lexical)"] == pytest.approx(results["metrics"]["BM25"])
         roc = results["complementarity"]  # RoC Eq. 1 of BM25 (S) vs. the embedding (D) at 10
         assert roc["k"] == 10 and roc["D-S"] + roc["D∩S"] == roc["D"] and 0 <= roc["RoC"] <= 1
-        assert (job / "roc.dev.png").exists()
+        assert (job / "roc.dev.png").exists() and (job / "tuning.dev.png").exists()
         tuning = results["tuning"]
         extended = (tuning["extended"] or {}).get("values", [])  # past the grid's edge when its best lay there
         assert tuning["queries"] == 10 and len(tuning["curve"]) == 10 + len(extended)

@@ -2,7 +2,7 @@
 
 import pytest
 
-from retrieval_zoo.evaluation.tuning import EXTEND_STEPS, extend_past_edge, tune_weight
+from retrieval_zoo.evaluation.tuning import EXTEND_STEPS, extend_past_edge, tune_weight, tuning_figure
 
 
 def test_an_optimum_above_the_grid_is_followed_until_the_curve_turns() -> None:
@@ -60,3 +60,16 @@ def test_extend_grid_false_keeps_to_the_grid() -> None:
     retriever = RankedAt()
     record = tune_weight(retriever, {"q": "t"}, {"q": {"rel": 1}}, (0.0, 0.5, 1.0), "MRR@10", "w", 10, extend=False)
     assert record["value"] == 1.0 == retriever.weight and record["extended"] is None and len(record["curve"]) == 3
+
+
+def test_the_tuning_figure_is_drawn_from_the_record_as_results_json_keeps_it(tmp_path) -> None:
+    import json
+
+    from PIL import Image
+
+    record = tune_weight(RankedAt(), {"q": "text"}, {"q": {"rel": 1}}, (0.0, 0.5, 1.0), "MRR@10", "lambda_test", 10)
+    stored = json.loads(json.dumps(record))  # results.json: the curve's values as strings
+    path = tuning_figure(stored, tmp_path / "tuning.dev.png", "clear: lambda_test")
+    with Image.open(path) as image:
+        assert image.format == "PNG" and image.size[0] > 300 and image.size[1] > 200
+    assert list(tmp_path.iterdir()) == [path]  # written in place of a temporary file, nothing left beside it

@@ -19,6 +19,7 @@ from retrieval_zoo.data.collections import Collection
 from retrieval_zoo.data.formats import Qrels, Run, as_written, write_run
 from retrieval_zoo.evaluation.complementarity import below_best_part, complementarity, moved_queries, venn_figure
 from retrieval_zoo.evaluation.metrics import evaluate, format_table
+from retrieval_zoo.evaluation.tuning import tuning_figure
 from retrieval_zoo.index.index import Index
 from retrieval_zoo.index.process_shards import split_over_processes
 from retrieval_zoo.index.saved import SavedIndex
@@ -178,6 +179,9 @@ def report(
     if efficiency is not None:
         summary["efficiency"] = efficiency
         print(f"{system} efficiency: " + ", ".join(f"{key} {value:.4g}" for key, value in efficiency.items()))
+    if searched.tuning and len(searched.tuning["curve"]) > 1:  # a weight tuned on a grid, not one given
+        title = f"{system}: {searched.tuning['parameter']} tuned on held-out training queries"
+        summary["tuning_figure"] = str(tuning_figure(searched.tuning, out_dir / f"tuning.{split}.png", title))
     if searched.parts:
         below = summary["below_best_part"] = below_best_part(metrics, system, list(searched.parts))
         for measure, found in below.items():  # a fusion that loses to one of its own sides is worth a look

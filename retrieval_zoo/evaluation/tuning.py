@@ -11,7 +11,9 @@ until a value no longer improves on the best (the curve turned or flattened) or 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from pathlib import Path
 
+from retrieval_zoo.cache import atomic_path
 from retrieval_zoo.data.formats import Qrels, Run
 from retrieval_zoo.evaluation.metrics import MEASURES, evaluate
 
@@ -137,3 +139,36 @@ def tune_weight(
         print(extension_note(parameter, extended))
     retriever.weight = best
     return tuning_record(parameter, best, measure, curve, len(queries), extended)
+
+
+def tuning_figure(record: dict, path: str | Path, title: str) -> Path:
+    """Draw a tuning record's curve (the measure on the held-out queries against the weight), the chosen value marked.
+
+    Values past the grid's edge (``extended``) are drawn as they were tried; a curve over values of several orders of
+    magnitude has a logarithmic axis.
+    """
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    curve = {float(value): float(measure) for value, measure in record["curve"].items()}
+    values = sorted(curve)
+    figure, axes = plt.subplots(figsize=(5.2, 3.4))
+    axes.plot(values, [curve[v] for v in values], marker="o", markersize=3, color="#5b8def")
+    chosen = float(record["value"])
+    axes.axvline(chosen, color="#d1495b", linestyle="--", linewidth=1)
+    axes.annotate(f"{record['parameter']} = {chosen:g}", (chosen, curve.get(chosen, max(curve.values()))),
+                  textcoords="offset points", xytext=(6, -12), fontsize=8, color="#d1495b")  # fmt: skip
+    positive = [v for v in values if v > 0]
+    if positive and values[-1] / positive[0] > 100:
+        axes.set_xscale("symlog", linthresh=positive[0])
+    axes.set_xlabel(record["parameter"])
+    axes.set_ylabel(f"{record['measure']} ({record['queries']:,} held-out queries)")
+    axes.set_title(title, fontsize=10)
+    axes.grid(alpha=0.3)
+    path = Path(path)
+    with atomic_path(path) as tmp:
+        figure.savefig(tmp, format="png", dpi=120, bbox_inches="tight")
+    plt.close(figure)
+    return path
