@@ -23,6 +23,7 @@ Each family's query latency is the 1,200 dev queries at k = 1000, their encoding
 growth exponent between the two largest sizes (time ∝ n^e) projects each figure to 8,841,823 passages.
 
     python -m benchmarks.scale [--sizes 10000,100000] [--stages bm25,datamodule,...] [--work /tmp/scale]
+                               [--plot docs/figures]
 """
 
 from __future__ import annotations
@@ -174,6 +175,7 @@ def main() -> None:
     parser.add_argument("--stages", default=",".join(STAGES), help=f"any of {', '.join(STAGES)}")
     parser.add_argument("--work", type=Path, default=Path("/tmp/retrieval_zoo-scale"))
     parser.add_argument("--memory-limit-gib", type=float, default=16.0, help="a stage past it is stopped")
+    parser.add_argument("--plot", type=Path, help="a folder: also draw each measure's growth there (scale_plot)")
     args = parser.parse_args()
     stages = args.stages.split(",")
     unknown = set(stages) - set(STAGES)
@@ -191,6 +193,11 @@ def main() -> None:
             saved.write_text(json.dumps({str(n): r for n, r in sorted(results.items())}, indent=1))
     print(f"\n## Scale harness  ({os.cpu_count()} cores)\n")
     report(results, [stage for stage in STAGES if any(stage in r for r in results.values())])
+    if args.plot is not None:
+        from benchmarks.scale_plot import plot
+
+        for path in plot(results, args.plot):
+            print(path)
 
 
 if __name__ == "__main__":

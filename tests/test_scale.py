@@ -69,3 +69,22 @@ def test_a_process_trees_memory_counts_its_children_and_tells_file_pages_apart(t
     float(mapped.sum())  # reads every page: resident, but file-backed
     resident, anon = scale.tree_rss(os.getpid())
     assert resident - alone > 48 * 2**20 and anon - anonymous < 16 * 2**20
+
+
+def test_growth_figures_plot_measured_points_and_the_projection_worked_by_hand(tmp_path) -> None:
+    from PIL import Image
+
+    from benchmarks.scale import MSMARCO
+    from benchmarks.scale_plot import plot, series
+
+    results = {
+        10_000: {"bm25": {"seconds": 2.0, "disk": 1e6}, "bmp": {"seconds": 1.0}},
+        100_000: {"bm25": {"seconds": 20.0, "disk": 1e7}, "bmp": {"failed": "exit 1", "seconds": 5.0}},
+    }
+    points, projected = series(results, "bm25", "seconds")
+    assert points == [(10_000, 2.0), (100_000, 20.0)] and projected == pytest.approx(20.0 * MSMARCO / 100_000)
+    assert series(results, "bmp", "seconds") == ([(10_000, 1.0)], None)  # failed at the largest size: no projection
+    written = plot(results, tmp_path)
+    assert [p.name for p in written] == ["scale-seconds.png", "scale-disk.png"]  # measures nothing measured: none
+    with Image.open(written[0]) as image:
+        assert image.format == "PNG" and image.size[0] > 400
