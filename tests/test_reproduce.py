@@ -270,3 +270,22 @@ def test_a_run_draws_its_figures_from_what_it_measured(tmp_path: Path) -> None:
     from PIL import Image
 
     assert Image.open(path).info["Description"] == digest(table.figures[0], values)
+
+
+def test_figures_a_job_drew_are_copied_beside_the_run_and_an_unknown_job_is_refused(tmp_path: Path) -> None:
+    body = TWO_CELLS + "drawn:\n  - {name: curve, job: dense, file: tuning.dev.png}\n"
+    registry, cache, out = write_registry(tmp_path / "registry", body), tmp_path / "cache", tmp_path / "out"
+    table = load_table(registry / "tiny.yaml")
+    job_dir = Runner(cache_dir=cache).directory(table.jobs["dense"], 13, None)
+    job_dir.mkdir(parents=True)  # a finished job, with the figure its evaluation drew
+    metrics = {"dense": {"MRR@10": 0.5, "R@100": 0.9}}
+    (job_dir / "results.json").write_text(json.dumps({"metrics": metrics, "tuning": {"value": 0.3}}))
+    (job_dir / "tuning.dev.png").write_bytes(b"\x89PNG the job's own figure")
+    assert main(["--registry", str(registry), "--cache-dir", str(cache), "--out", str(out)]) == 0
+    assert (out / "figures" / "tiny-curve.png").read_bytes() == b"\x89PNG the job's own figure"
+    (job_dir / "tuning.dev.png").unlink()
+    with pytest.raises(FileNotFoundError, match="job 'dense' of tiny drew no tuning.dev.png"):
+        main(["--registry", str(registry), "--cache-dir", str(cache), "--out", str(out)])
+    wrong = TWO_CELLS + "drawn:\n  - {name: curve, job: nope, file: tuning.dev.png}\n"
+    with pytest.raises(ValueError, match="drawn figure 'curve' comes from job 'nope', not among the jobs"):
+        load_table(write_registry(tmp_path / "wrong", wrong) / "tiny.yaml")

@@ -18,6 +18,7 @@ import datetime
 import json
 import platform
 import re
+import shutil
 import subprocess
 import sys
 from dataclasses import replace
@@ -87,8 +88,12 @@ def resolved(job: Job, directories: dict[tuple[str, int], Path], seeds: dict[str
     return replace(job, overrides=tuple(re.sub(r"\{dir:(\w+)\}", directory, o) for o in job.overrides))
 
 
-def run_table(table: Table, runner: Runner, quick: bool) -> tuple[dict, dict[str, list[int]]]:
-    """Run (or find cached) every planned job, each after the jobs it needs."""
+def run_table(table: Table, runner: Runner, quick: bool) -> tuple[dict, dict[str, list[int]], dict]:
+    """Run (or find cached) every planned job, each after the jobs it needs.
+
+    Returns:
+        The results and the directory of each (job, seed) run, and the seeds of each job.
+    """
     seeds = planned(table, quick)
     directories, results = {}, {}
     for job_name, job_seeds in seeds.items():
@@ -98,7 +103,22 @@ def run_table(table: Table, runner: Runner, quick: bool) -> tuple[dict, dict[str
             directories[(job_name, seed)] = runner.run(job, seed, evaluated)
             if not runner.dry_run:
                 results[(job_name, seed)] = runner.results(directories[(job_name, seed)])
-    return results, seeds
+    return results, seeds, directories
+
+
+def copy_drawn(table: Table, directories: dict[tuple[str, int], Path], seeds: dict[str, list[int]],
+               folder: Path) -> list[Path]:  # fmt: skip
+    """The figures the table's jobs drew (their first seed's), copied into ``folder`` as ``<table>-<name>.png``."""
+    copied = []
+    for figure in table.drawn:
+        if figure.job not in seeds:  # a job a quick run leaves out
+            continue
+        source = directories[(figure.job, seeds[figure.job][0])] / figure.file
+        if not source.exists():
+            raise FileNotFoundError(f"{source}: job {figure.job!r} of {table.name} drew no {figure.file}")
+        folder.mkdir(parents=True, exist_ok=True)
+        copied.append(Path(shutil.copyfile(source, folder / f"{table.name}-{figure.name}{source.suffix}")))
+    return copied
 
 
 def list_tables(tables: dict[str, Table]) -> None:
@@ -143,6 +163,9 @@ def main(argv: list[str] | None = None) -> int:
         for table in chosen.values():
             for path in draw(table, registered_values(table), DOCS / "figures"):
                 print(path)
+            for figure in table.drawn:  # only a run of the job draws these
+                print(f"{table.name}-{figure.name}: drawn by job {figure.job}; reproduce {table.name} and copy it from "
+                      "the run's --out folder's figures/")  # fmt: skip
         return 0
     tolerances = load_tolerances(args.registry)
     runner = Runner(cache_dir=args.cache_dir, dry_run=args.dry_run)
@@ -152,11 +175,11 @@ def main(argv: list[str] | None = None) -> int:
     sections, cells, figures = [], [], []
     for table in chosen.values():
         print(f"\n{table.name}: {table.title}")
-        results, seeds = run_table(table, runner, args.quick)
+        results, seeds, directories = run_table(table, runner, args.quick)
         if args.dry_run:
             continue
         table_cells = compare_table(table, results, seeds, tolerances)
-        figures.append((table, measured_values(table_cells)))
+        figures.append((table, measured_values(table_cells), directories, seeds))
         sections.append(markdown(table, table_cells))
         print("\n" + sections[-1])
         cells += table_cells
@@ -169,8 +192,9 @@ def main(argv: list[str] | None = None) -> int:
     out.mkdir(parents=True, exist_ok=True)
     (out / "reproduce.md").write_text("\n\n".join([head, *sections, summary]) + "\n")
     write_json(out / "reproduce.json", {"quick": args.quick, "machine": here, "cells": as_json(cells)})
-    for table, values in figures:  # drawn from what was measured, beside the tables
+    for table, values, directories, seeds in figures:  # drawn from what was measured, beside the tables
         draw(table, values, out / "figures")
+        copy_drawn(table, directories, seeds, out / "figures")
     print(f"\n{summary}; {out / 'reproduce.md'}, {out / 'reproduce.json'}")
     for cell in outside:
         print(f"OUTSIDE: {cell.table} / {cell.row} / {cell.column}: expected {cell.expected}, measured {cell.measured}")

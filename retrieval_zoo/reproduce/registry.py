@@ -113,6 +113,15 @@ class Figure:
     x_label: str = ""  # default: the column's name
 
 
+@dataclass(frozen=True)
+class Drawn:
+    """A figure a job draws itself into its run directory (``tuning.dev.png``, ``roc.dev.png``): copied, not drawn."""
+
+    name: str
+    job: str
+    file: str
+
+
 @dataclass
 class Table:
     """One results table's registry file."""
@@ -125,6 +134,7 @@ class Table:
     jobs: dict[str, Job]
     rows: list[Row]
     figures: list[Figure] = field(default_factory=list)
+    drawn: list[Drawn] = field(default_factory=list)
 
     def gated(self, column: str) -> bool:
         """Whether a column's cells decide the exit status: the trec_eval measures do."""
@@ -147,7 +157,7 @@ def load_table(path: Path) -> Table:
         data = yaml.safe_load(path.read_text())
     except yaml.YAMLError as error:
         raise ValueError(f"{where}: not valid YAML: {error}") from None
-    missing = {"table", "title", "reproduced", "columns", "jobs", "rows"} - set(data or {})  # figures: optional
+    missing = {"table", "title", "reproduced", "columns", "jobs", "rows"} - set(data or {})  # figures, drawn: optional
     if missing:
         raise ValueError(f"{where}: missing keys {sorted(missing)}")
     jobs = {name: _job(name, spec, where) for name, spec in data["jobs"].items()}
@@ -180,7 +190,12 @@ def load_table(path: Path) -> Table:
             raise ValueError(f"{where}: figure {figure.name!r} plots {figure.x!r} against {figure.y!r}, not both "
                              f"among the columns {list(data['columns'])}")  # fmt: skip
         figures.append(figure)
-    return Table(data["table"], data["title"], path, data["reproduced"], data["columns"], jobs, rows, figures)
+    drawn = [Drawn(**spec) for spec in data.get("drawn", [])]
+    for figure in drawn:
+        if figure.job not in jobs:
+            raise ValueError(f"{where}: drawn figure {figure.name!r} comes from job {figure.job!r}, not among the jobs "
+                             f"{list(jobs)}")  # fmt: skip
+    return Table(data["table"], data["title"], path, data["reproduced"], data["columns"], jobs, rows, figures, drawn)
 
 
 def load_registry(directory: Path = REGISTRY) -> dict[str, Table]:
