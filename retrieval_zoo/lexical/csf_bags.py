@@ -20,7 +20,7 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable
 from dataclasses import dataclass, fields
-from typing import Literal
+from typing import Literal, TypeVar
 
 import torch
 
@@ -29,6 +29,20 @@ from retrieval_zoo.rows import take_rows
 from retrieval_zoo.term_matrix import csr, offsets_of
 
 Bags = Literal["both", "original", "expansion"]
+Texts = TypeVar("Texts")  # a dataclass of row-aligned tensors: CsfBags, TextCsfs
+
+
+def cat_fields(parts: list[Texts], **given: object) -> Texts:
+    """One dataclass of ``parts``' type whose tensor fields are theirs concatenated in order (None stays None).
+
+    ``given`` sets the fields that are not concatenated (a count, a setting, a field the caller joins itself).
+    """
+    values = {}
+    for field in fields(parts[0]):  # type: ignore[arg-type]  # a dataclass instance
+        if field.name not in given:
+            joined = [getattr(part, field.name) for part in parts]
+            values[field.name] = None if joined[0] is None else torch.cat(joined)
+    return type(parts[0])(**values, **given)
 
 
 @dataclass

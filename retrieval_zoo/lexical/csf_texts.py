@@ -17,7 +17,7 @@ import torch.nn.functional as F
 
 from retrieval_zoo.bounds import require_choice
 from retrieval_zoo.distributed import gather_rows, row_counts, world
-from retrieval_zoo.lexical.csf_bags import Bags, CsfBags
+from retrieval_zoo.lexical.csf_bags import Bags, CsfBags, cat_fields
 from retrieval_zoo.rows import take_rows
 
 
@@ -77,17 +77,7 @@ class TextCsfs:
     def cat(parts: list[TextCsfs]) -> TextCsfs:
         """The texts of ``parts`` (of one kind, one vocabulary) in order, padded to the longest."""
         length = max(part.ids.shape[1] for part in parts)
-        parts = [part.padded(length) for part in parts]
-        vectors = [part.vectors for part in parts if part.vectors is not None]
-        return TextCsfs(
-            torch.cat([part.expansion for part in parts]),
-            torch.cat([part.sources for part in parts]),
-            torch.cat([part.own for part in parts]),
-            torch.cat([part.ids for part in parts]),
-            torch.cat(vectors) if vectors else None,
-            torch.cat([part.tokens for part in parts]),
-            parts[0].kept,
-        )
+        return cat_fields([part.padded(length) for part in parts], kept=parts[0].kept)
 
     def counts(self) -> tuple[torch.Tensor, torch.Tensor]:
         """(T,) |C| of each text and (T,) how many of them are original CSFs, read nothing back from the device."""

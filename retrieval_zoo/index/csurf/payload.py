@@ -15,7 +15,7 @@ import torch
 from retrieval_zoo.bounds import require_choice
 from retrieval_zoo.encoding.batching import Item, Texts, held_bytes, held_groups, prepared_batches
 from retrieval_zoo.index.shards import Payload
-from retrieval_zoo.lexical.csf_bags import CsfBags
+from retrieval_zoo.lexical.csf_bags import CsfBags, cat_fields
 from retrieval_zoo.lexical.csf_texts import TextCsfs
 
 BagEncoder = Callable[[Item], CsfBags]
@@ -96,15 +96,5 @@ def bags_to(bags: CsfBags, device: torch.device, doc_index: torch.Tensor | None 
 
 def _concatenate(parts: list[CsfBags], num_texts: int) -> CsfBags:
     """One bag set over the whole corpus from per-batch sets whose texts are already corpus rows."""
-    vectors = [p.vector for p in parts if p.vector is not None]
-    return CsfBags(
-        torch.cat([p.text for p in parts]),
-        torch.cat([p.surface for p in parts]),
-        torch.cat([p.source for p in parts]),
-        torch.cat([p.weight for p in parts]),
-        vector=torch.cat(vectors) if vectors else None,
-        original=torch.cat([p.original for p in parts]),
-        num_texts=num_texts,
-        length=max(p.length for p in parts),
-        tokens=torch.cat([token_counts(p) for p in parts]),  # in batch order, as the rows the caller kept
-    )
+    tokens = torch.cat([token_counts(p) for p in parts])  # in batch order, as the rows the caller kept
+    return cat_fields(parts, num_texts=num_texts, length=max(p.length for p in parts), tokens=tokens)
