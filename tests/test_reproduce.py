@@ -289,3 +289,12 @@ def test_figures_a_job_drew_are_copied_beside_the_run_and_an_unknown_job_is_refu
     wrong = TWO_CELLS + "drawn:\n  - {name: curve, job: nope, file: tuning.dev.png}\n"
     with pytest.raises(ValueError, match="drawn figure 'curve' comes from job 'nope', not among the jobs"):
         load_table(write_registry(tmp_path / "wrong", wrong) / "tiny.yaml")
+
+
+def test_every_drawn_figure_a_registry_names_is_in_the_docs_and_shown_on_its_page() -> None:
+    pages = docs_tables()
+    for table in load_registry(REGISTRY).values():
+        for figure in table.drawn:
+            name = f"{table.name}-{figure.name}.png"
+            assert (REPO / "docs" / "figures" / name).exists(), name
+            assert f"../figures/{name}" in (REPO / "docs" / pages[table.name][0]).read_text(), name
