@@ -97,7 +97,7 @@ def main() -> None:
             shards.write(shard, encode(shards.shard_docids(shard)))
         engine, lucene = (index.build(model, collection, bm25, shards) for index in (bmp, LuceneImpact()))
         coarse = copy.copy(engine)  # the same BMP index, without the forward index that re-scores
-        coarse.forward, coarse.nbytes = None, engine.nbytes - engine.forward.nbytes
+        coarse.forward, coarse.measured_nbytes = None, engine.measured_nbytes - engine.forward.nbytes
         retrievers = {"exact sparse (index=sparse)": sparse.build(model, collection, bm25, shards),
                       "exact search over BMP's impacts (the quantization alone)":
                           quantized_reference(engine, shards, Path(folder) / "quantized"),
