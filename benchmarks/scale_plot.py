@@ -15,6 +15,7 @@ import json
 from pathlib import Path
 
 from benchmarks.scale import MSMARCO, STAGES, exponent
+from retrieval_zoo.plots import pyplot, save_png
 
 PLOTTED = {"seconds": "seconds", "ms_per_query": "ms a query", "disk": "bytes on disk", "peak_rss": "peak RSS, bytes"}
 Results = dict[int, dict[str, dict[str, float | str]]]  # size → stage → measure → value
@@ -37,13 +38,7 @@ def series(results: Results, stage: str, measure: str) -> tuple[list[tuple[int, 
 
 def plot(results: Results, folder: Path) -> list[Path]:
     """One PNG a measure (``scale-<measure>.png``) in ``folder``; returns the files written."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    from retrieval_zoo.cache import atomic_path
-
+    plt = pyplot()
     folder.mkdir(parents=True, exist_ok=True)
     written = []
     for measure, label in PLOTTED.items():
@@ -65,11 +60,7 @@ def plot(results: Results, folder: Path) -> list[Path]:
         axes.set_title(f"Scale harness: {label} against the corpus size", fontsize=10)
         axes.grid(alpha=0.3, which="both")
         axes.legend(fontsize=7, ncol=2, loc="upper left")
-        path = folder / f"scale-{measure}.png"
-        with atomic_path(path) as tmp:
-            figure.savefig(tmp, format="png", dpi=110, bbox_inches="tight")
-        plt.close(figure)
-        written.append(path)
+        written.append(save_png(figure, folder / f"scale-{measure}.png", dpi=110))
     return written
 
 

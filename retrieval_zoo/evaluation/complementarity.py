@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from retrieval_zoo.cache import atomic_path
 from retrieval_zoo.data.formats import Qrels, Run, ranked
 from retrieval_zoo.evaluation.metrics import judged
+from retrieval_zoo.plots import pyplot, save_png
 
 
 def answered(run: Run, qrels: Qrels, k: int) -> set[str]:
@@ -47,11 +47,9 @@ def complementarity(lexical: Run, semantic: Run, qrels: Qrels, k: int = 10) -> d
 
 def venn_figure(stats: dict[str, float], path: str | Path, title: str) -> Path:
     """Draw the two sides' answered sets like RoC's Figure 1 (percent of U in each region), as a PNG."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
     from matplotlib.patches import Circle
+
+    plt = pyplot()
 
     total = max(1, stats["U"])
 
@@ -70,11 +68,7 @@ def venn_figure(stats: dict[str, float], path: str | Path, title: str) -> Path:
     axes.set_aspect("equal")
     axes.axis("off")
     axes.legend(loc="upper center", bbox_to_anchor=(0.5, 1.02), ncol=2, fontsize=8, frameon=False)
-    path = Path(path)
-    with atomic_path(path) as tmp:
-        figure.savefig(tmp, format="png", dpi=120, bbox_inches="tight")
-    plt.close(figure)
-    return path
+    return save_png(figure, path, dpi=120)
 
 
 def first_relevant_rank(ranking: dict[str, float], relevant: set[str]) -> int | None:

@@ -13,9 +13,9 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from retrieval_zoo.cache import atomic_path
 from retrieval_zoo.data.formats import Qrels, Run
 from retrieval_zoo.evaluation.metrics import MEASURES, evaluate
+from retrieval_zoo.plots import pyplot, save_png
 
 EXTEND_FACTOR = 2.0  # each step past an edge doubles (or halves) the weight
 EXTEND_STEPS = 8  # at most 2^8 = 256 times (or 1/256 of) the edge
@@ -147,11 +147,7 @@ def tuning_figure(record: dict, path: str | Path, title: str) -> Path:
     Values past the grid's edge (``extended``) are drawn as they were tried; a curve over values of several orders of
     magnitude has a logarithmic axis.
     """
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = pyplot()
     curve = {float(value): float(measure) for value, measure in record["curve"].items()}
     values = sorted(curve)
     figure, axes = plt.subplots(figsize=(5.2, 3.4))
@@ -167,8 +163,4 @@ def tuning_figure(record: dict, path: str | Path, title: str) -> Path:
     axes.set_ylabel(f"{record['measure']} ({record['queries']:,} held-out queries)")
     axes.set_title(title, fontsize=10)
     axes.grid(alpha=0.3)
-    path = Path(path)
-    with atomic_path(path) as tmp:
-        figure.savefig(tmp, format="png", dpi=120, bbox_inches="tight")
-    plt.close(figure)
-    return path
+    return save_png(figure, path, dpi=120)

@@ -61,7 +61,7 @@ def _searcher(index_dir: str, k1: float, b: float) -> tuple[Any, Any, Any]:
 
 
 @cache
-def _ranking(index_dir: str) -> tuple[Any, Any, Any]:
+def _ranking() -> tuple[Any, Any, Any]:
     """The pieces of Anserini's BM25 ranking: its sort (score, ties by document id), ``ScoredDocs`` and the adjuster."""
     _, _, autoclass = pyserini_lucene()
     sort = autoclass("io.anserini.search.SearchCollection").BREAK_SCORE_TIES_BY_DOCID
@@ -78,7 +78,7 @@ def top_k(index_dir: str, k1: float, b: float, texts: list[str], k: int) -> list
     come back as two arrays: reading ``SimpleSearcher``'s hit objects one by one took half a query at k = 1,000.
     """
     searcher, generator, analyzer = _searcher(index_dir, k1, b)
-    sort, scored_docs, adjuster = _ranking(index_dir)
+    sort, scored_docs, adjuster = _ranking()
     found = []
     for text in texts:
         query = generator.buildQuery("contents", analyzer, text)
@@ -108,7 +108,7 @@ def candidate_scores(index_dir: str, k1: float, b: float, candidates: list[tuple
     bytes_ref, array_list = autoclass("org.apache.lucene.util.BytesRef"), autoclass("java.util.ArrayList")
     builder, occur = autoclass("org.apache.lucene.search.BooleanQuery$Builder"), autoclass(BOOLEAN_OCCUR)
     term_in_set = autoclass("org.apache.lucene.search.TermInSetQuery")
-    _, scored_docs, _ = _ranking(index_dir)
+    _, scored_docs, _ = _ranking()
     out = []
     for text, docids in tqdm(candidates, desc="bm25 candidate scores", leave=False, mininterval=5):
         ids = array_list(len(docids))

@@ -14,6 +14,7 @@ import hashlib
 import json
 from pathlib import Path
 
+from retrieval_zoo.plots import pyplot, save_png
 from retrieval_zoo.reproduce.cells import Cell
 from retrieval_zoo.reproduce.registry import Expected, Figure, Table
 
@@ -75,12 +76,7 @@ def scatter(path: Path, shown: list[tuple[str, float, float]], title: str, label
         log_x: A logarithmic x axis.
         description: Kept in the PNG's metadata (what the figure plots, to tell a stale figure).
     """
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, axes = plt.subplots(figsize=(6.4, 3.6 + 0.17 * len(shown)))  # room for the key below
+    fig, axes = pyplot().subplots(figsize=(6.4, 3.6 + 0.17 * len(shown)))  # room for the key below
     axes.scatter([x for _, x, _ in shown], [y for _, _, y in shown], color="tab:blue")
     for number, (_, x, y) in enumerate(shown, start=1):
         axes.annotate(str(number), (x, y), textcoords="offset points", xytext=(4, 3), fontsize=8)
@@ -93,5 +89,4 @@ def scatter(path: Path, shown: list[tuple[str, float, float]], title: str, label
     key = "\n".join(f"{number}: {name.replace(chr(96), '')}" for number, (name, _, _) in enumerate(shown, start=1))
     fig.text(0.02, 0.01, key, fontsize=7, va="bottom", ha="left")
     fig.subplots_adjust(bottom=(0.17 * len(shown) + 0.6) / (3.6 + 0.17 * len(shown)), top=0.9, left=0.12)
-    fig.savefig(path, dpi=110, metadata={"Description": description})
-    plt.close(fig)
+    save_png(fig, path, dpi=110, tight=False, metadata={"Description": description})
