@@ -7,6 +7,7 @@ from retrieval_zoo.lexical.delade_vectors import (
     _WeightedSoftmaxMax,
     delade_vectors,
     delade_vectors_naive,
+    log_normalisers,
     rows_per_chunk,
 )
 from retrieval_zoo.losses import kl_distillation
@@ -71,7 +72,7 @@ def test_vectorised_forward_equals_the_running_max_it_replaced() -> None:
     best = _WeightedSoftmaxMax.forward(ctx, z, weights, real)
     expected_best, expected_winner = running_max_reference(z, weights, real)
     assert torch.allclose(best, expected_best, rtol=1e-6, atol=0) and torch.equal(best.isinf(), expected_best.isinf())
-    assert torch.equal(ctx.saved[3], expected_winner)
+    assert torch.equal(ctx.saved[2], expected_winner)
 
 
 def test_cpu_chunks_and_the_encoding_path_give_the_very_same_vectors_and_gradients(monkeypatch) -> None:
@@ -94,6 +95,24 @@ def test_cpu_chunks_and_the_encoding_path_give_the_very_same_vectors_and_gradien
     with torch.inference_mode():
         assert torch.equal(delade_vectors(logits, hidden, mask, weight), whole[0])
     assert delade_vectors(logits[:0], hidden[:0], mask[:0], weight).shape == (0, 40)  # an empty batch
+
+
+def test_log_normalisers_are_torch_logsumexp_bit_for_bit() -> None:
+    torch.manual_seed(3)
+    z = torch.randn(3, 5, 301) * 6
+    z[0, 0, :7] = float("-inf")  # some ids never possible
+    z[1, 2] = float("-inf")  # a position with none: −inf, as torch gives
+    scratch = torch.empty_like(z)
+    assert torch.equal(log_normalisers(z, scratch), torch.logsumexp(z, dim=-1, keepdim=True))
+
+
+def test_the_kept_probabilities_allow_one_backward_and_a_second_fails_loudly() -> None:
+    torch.manual_seed(4)
+    logits, hidden = (torch.randn(2, 5, 30) * 3).requires_grad_(True), torch.randn(2, 5, 4)
+    out = delade_vectors(logits, hidden, torch.ones(2, 5), torch.nn.Linear(4, 1)).sum()
+    out.backward(retain_graph=True)  # the backward turns the kept softmax into the logits' gradient, in place
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        out.backward()
 
 
 def test_kl_distillation_by_hand() -> None:

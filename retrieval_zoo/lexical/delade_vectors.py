@@ -5,17 +5,21 @@ logits of token i (Eq. 19) and w_i = h_i·W + b a linear term weight (no activat
 The vectors are dense: every vocabulary id gets a weight, which densification (Eq. 4–8) then compresses.
 
 :func:`delade_vectors` computes Eq. 23 with a hand-written backward, so autograd keeps none of the softmax's
-(B, L, V) intermediates: the forward builds the candidates w_i·softmax(z_i)[v] in one tensor, reduces them by a max
-over positions (no Python loop over tokens) and frees them; the backward recomputes the softmax from the saved
-logits. Each pass allocates one (B, L, V) tensor and works in place on it: on a CPU, first touching a fresh
-gigabyte costs more than the arithmetic. [CLS] is left out by the mask, not by slicing the logits, whose slice
-would cost autograd another (B, L, V) gradient and copy. Without gradients (encoding) the max keeps no winners.
+(B, L, V) intermediates but the probabilities themselves: the forward builds them in one tensor (kept for the
+backward, which turns them into the logits' gradient in place) and the candidates w_i·softmax(z_i)[v] a chunk of
+rows at a time, reduced by a max over positions (no Python loop over tokens) and freed. Positions that do not count
+get −inf by adding a (B, L, 1) bias, a fraction of a masked fill's cost on a CPU. On a CPU, first touching a fresh
+gigabyte costs more than the arithmetic, so chunks stay small there. [CLS] is left out by the mask, not by slicing
+the logits, whose slice would cost autograd another (B, L, V) gradient and copy. Without gradients (encoding) the
+max keeps no winners and no probabilities are kept.
 :func:`delade_vectors_naive` is the literal formula; a test holds the two equal.
 """
 
 from __future__ import annotations
 
 import torch
+
+from retrieval_zoo.lexical.maxima import max_with_positions_
 
 CPU_CHUNK_BYTES = 32 * 2**20
 
@@ -33,25 +37,24 @@ class _WeightedSoftmaxMax(torch.autograd.Function):
 
     With p = softmax(z_i), i*(v) the winning position of v and out_v = w_{i*} p_{i* v}:
     ∂L/∂z_iu = [i*(u) = i]·g_u·out_u − p_iu·S_i and ∂L/∂w_i = Σ_{v: i*(v) = i} g_v·p_iv, where
-    S_i = Σ_{v: i*(v) = i} g_v·out_v. Each pass builds one (B, L, V) tensor besides its input (the forward's
-    candidates, freed once reduced; the backward's gradient itself), with no loop over positions.
+    S_i = Σ_{v: i*(v) = i} g_v·out_v. The forward keeps p, (B, L, V), which the backward turns into ∂L/∂z in place:
+    one (B, L, V) tensor from the forward to the end of the backward, with no loop over positions.
     """
 
     @staticmethod
     def forward(ctx, z: torch.Tensor, weights: torch.Tensor, real: torch.Tensor) -> torch.Tensor:  # noqa: ANN001
-        log_normaliser, best, winner = best_candidates(z, weights, real, winners=True)
-        ctx.save_for_backward(z, weights, log_normaliser, winner, best)
+        probabilities, best, winner = best_candidates(z, weights, real, winners=True)
+        ctx.save_for_backward(weights, probabilities, winner, best)
         return best
 
     @staticmethod
     def backward(ctx, grad: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, None]:  # noqa: ANN001
-        z, weights, log_normaliser, winner, best = ctx.saved_tensors
+        weights, probabilities, winner, best = ctx.saved_tensors
         contribution = grad * best  # g_v·out_v, (B, V)
-        per_position = torch.zeros_like(log_normaliser).scatter_add_(1, winner, contribution)  # S_i, (B, L)
-        probabilities = torch.sub(z, log_normaliser.unsqueeze(-1)).exp_()  # (B, L, V), the one allocation
+        per_position = torch.zeros_like(weights).scatter_add_(1, winner, contribution)  # S_i, (B, L)
         winner_probability = probabilities.gather(1, winner.unsqueeze(1)).squeeze(1)  # p_{i* v}
         grad_weights = torch.zeros_like(weights).scatter_add_(1, winner, grad * winner_probability)
-        grad_z = probabilities.mul_(-per_position.unsqueeze(-1))
+        grad_z = probabilities.mul_(-per_position.unsqueeze(-1))  # the kept p, used up: a second backward fails
         grad_z.scatter_add_(1, winner.unsqueeze(1), contribution.unsqueeze(1))
         return grad_z, grad_weights, None
 
@@ -82,23 +85,44 @@ def delade_vectors(
 
 def best_candidates(
     z: torch.Tensor, weights: torch.Tensor, real: torch.Tensor, winners: bool
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
-    """The (B, L) log-normalisers, (B, V) max candidates and, with ``winners``, their (B, V) positions.
+) -> tuple[torch.Tensor | None, torch.Tensor, torch.Tensor | None]:
+    """With ``winners``: the (B, L, V) probabilities softmax(z), the (B, V) max candidates and their (B, V) positions.
 
-    Ties go to the first position, as a running max's would. Rows are processed in chunks on a CPU
-    (:func:`rows_per_chunk`), all at once elsewhere; each row's figures are the same either way.
+    Without: (None, the max candidates, None). Ties go to the first position, as a running max's would. Rows are
+    processed in chunks on a CPU (:func:`rows_per_chunk`), all at once elsewhere; each row's figures are the same
+    either way.
     """
-    parts, step = [], rows_per_chunk(z)
+    probabilities = torch.empty_like(z) if winners else None
+    padding = torch.zeros(real.shape, dtype=z.dtype, device=z.device).masked_fill_(~real, float("-inf")).unsqueeze(-1)
+    bests: list[torch.Tensor] = []
+    winner_parts: list[torch.Tensor | None] = []
+    step = rows_per_chunk(z)
+    scratch = torch.empty_like(z[:step])  # each chunk's exponentials, then its candidates: one allocation a call
     for start in range(0, max(len(z), 1), step):  # one (empty) chunk for an empty batch
-        chunk = slice(start, start + step)
-        log_normaliser = torch.logsumexp(z[chunk], dim=-1)
-        candidates = weighted_probabilities(z[chunk], log_normaliser, weights[chunk], real[chunk])
-        best, winner = candidates.max(dim=1) if winners else (candidates.amax(dim=1), None)
-        parts.append((log_normaliser, best, winner))
-    if len(parts) == 1:
-        return parts[0]
-    log_normalisers, bests, winner_parts = zip(*parts, strict=True)
-    return torch.cat(log_normalisers), torch.cat(bests), torch.cat(winner_parts) if winners else None
+        rows = slice(start, start + step)
+        buffer = scratch[: len(z[rows])]
+        log_normaliser = log_normalisers(z[rows], buffer)
+        into = probabilities[rows] if probabilities is not None else buffer
+        p = torch.sub(z[rows], log_normaliser, out=into).exp_()
+        candidates = torch.mul(p, weights[rows].unsqueeze(-1), out=buffer)
+        candidates.add_(padding[rows])  # w_i·p_iv, or −inf where position i does not count
+        best, winner = max_with_positions_(candidates, dim=1) if winners else (candidates.amax(dim=1), None)
+        bests.append(best)
+        winner_parts.append(winner)
+    if len(bests) == 1:
+        return probabilities, bests[0], winner_parts[0]
+    return probabilities, torch.cat(bests), torch.cat([w for w in winner_parts if w is not None]) if winners else None
+
+
+def log_normalisers(z: torch.Tensor, scratch: torch.Tensor) -> torch.Tensor:
+    """``torch.logsumexp(z, dim=-1, keepdim=True)``, the same steps and bits, its exponentials written into ``scratch``.
+
+    (B, L, V) logits and a tensor of their shape to overwrite → (B, L, 1): torch's own allocates the (B, L, V)
+    exponentials afresh, which on a CPU costs as much as computing them.
+    """
+    maxima = z.amax(dim=-1, keepdim=True)
+    maxima.masked_fill_(maxima.abs() == float("inf"), 0)
+    return torch.sub(z, maxima, out=scratch).exp_().sum(dim=-1, keepdim=True).log_().add_(maxima)
 
 
 def rows_per_chunk(z: torch.Tensor) -> int:
@@ -110,11 +134,3 @@ def rows_per_chunk(z: torch.Tensor) -> int:
     if z.device.type != "cpu" or len(z) == 0:
         return max(1, len(z))
     return max(1, CPU_CHUNK_BYTES // max(1, z[0].numel() * z.element_size()))
-
-
-def weighted_probabilities(
-    z: torch.Tensor, log_normaliser: torch.Tensor, weights: torch.Tensor, real: torch.Tensor
-) -> torch.Tensor:
-    """(B, L, V) candidates w_i·softmax(z_i)[v], −inf at positions that are not ``real``, in one allocation."""
-    candidates = torch.sub(z, log_normaliser.unsqueeze(-1)).exp_().mul_(weights.unsqueeze(-1))
-    return candidates.masked_fill_(~real.unsqueeze(-1), float("-inf"))

@@ -23,6 +23,7 @@ from collections.abc import Iterator
 import torch
 from transformers import PreTrainedModel
 
+from retrieval_zoo.lexical.maxima import max_with_positions_
 from retrieval_zoo.rows import add_rows
 
 
@@ -138,7 +139,7 @@ class _PooledProjection(torch.autograd.Function):
                 fixed_backward: bool = False):  # fmt: skip
         maxima, positions = [], []
         for products in projected_chunks(x, weight, pool_mask, chunk):
-            values, argmax = products.max(dim=1)
+            values, argmax = max_with_positions_(products, dim=1)
             maxima.append(values)
             positions.append(argmax)
         argmax = torch.cat(positions, dim=1)
