@@ -3,15 +3,19 @@
 For each measure that grows with the corpus (seconds, ms a query, disk, peak memory), one figure: a line per stage
 through its measured sizes, and a dashed line from the largest measured size to MS MARCO's 8.8M passages at the
 growth exponent of the two largest sizes, the projection the harness's table prints. ``benchmarks.scale --plot
-FOLDER`` draws them after measuring; this module draws them again from a work folder's ``results.json``.
+FOLDER`` draws them after measuring; this module draws them again from a work folder's ``results.json``, or from a
+table the harness printed, as a page keeps it (``--table``: the first table under the page's scale-harness heading,
+its figures as printed, so rounded; footnote marks dropped, cells without a figure left out).
 
-    python -m benchmarks.scale_plot [--work /tmp/retrieval_zoo-scale] [--out docs/figures]
+    python -m benchmarks.scale_plot [--work /tmp/retrieval_zoo-scale | --table docs/benchmarks.md] [--out docs/figures]
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
+import re
 from pathlib import Path
 
 from benchmarks.scale import MSMARCO, STAGES, exponent
@@ -42,8 +46,7 @@ def plot(results: Results, folder: Path) -> list[Path]:
     folder.mkdir(parents=True, exist_ok=True)
     written = []
     for measure, label in PLOTTED.items():
-        drawn = [(stage, *series(results, stage, measure)) for stage in STAGES]
-        drawn = [(stage, points, projected) for stage, points, projected in drawn if points]
+        drawn = drawn_series(results, measure)
         if not drawn:
             continue
         figure, axes = plt.subplots(figsize=(7.0, 4.6))
@@ -60,8 +63,20 @@ def plot(results: Results, folder: Path) -> list[Path]:
         axes.set_title(f"Scale harness: {label} against the corpus size", fontsize=10)
         axes.grid(alpha=0.3, which="both")
         axes.legend(fontsize=7, ncol=2, loc="upper left")
-        written.append(save_png(figure, folder / f"scale-{measure}.png", dpi=110))
+        metadata = {"Description": digest(drawn)}  # what it plots, so a test finds a figure its table moved from
+        written.append(save_png(figure, folder / f"scale-{measure}.png", dpi=110, metadata=metadata))
     return written
+
+
+def drawn_series(results: Results, measure: str) -> list[tuple[str, list[tuple[int, float]], float | None]]:
+    """(stage, measured points, projection) for every stage with a point of ``measure``, in the harness's order."""
+    drawn = [(stage, *series(results, stage, measure)) for stage in STAGES]
+    return [(stage, points, projected) for stage, points, projected in drawn if points]
+
+
+def digest(drawn: list[tuple[str, list[tuple[int, float]], float | None]]) -> str:
+    """SHA-256 of a figure's series, stored in its PNG: the same numbers give the same digest."""
+    return hashlib.sha256(json.dumps(drawn).encode()).hexdigest()
 
 
 def read_results(work: Path) -> Results:
@@ -72,12 +87,55 @@ def read_results(work: Path) -> Results:
     return {int(n): r for n, r in json.loads(saved.read_text()).items()}
 
 
+HEADING = "## Scale harness"
+UNITS = {"": 1.0, "s": 1.0, "h": 3600.0, "KiB": 2.0**10, "MiB": 2.0**20, "GiB": 2.0**30}  # as benchmarks.scale.human
+FIGURE = re.compile(r"^([0-9][0-9,]*(?:\.[0-9]+)?)\s*(s|h|KiB|MiB|GiB)?$")
+
+
+def read_table(page: Path) -> Results:
+    """The first table under ``page``'s scale-harness heading, as measured figures (seconds, bytes, ms a query).
+
+    Its header names the sizes (``| stage | measure | 10,000 | 100,000 | exponent | ...``); a cell that is not a
+    figure with one of the harness's units is left out, and words in a seconds cell (``refused †``) mark the stage
+    failed at that size, as ``results.json`` would; a row whose measure is not plotted is left out. A page without
+    the heading or its table is refused, naming the page.
+    """
+    lines = page.read_text(encoding="utf-8").splitlines()
+    starts = [number for number, line in enumerate(lines) if line.startswith(HEADING)]
+    rows = []
+    for line in lines[starts[0] :] if starts else []:
+        if line.startswith("| stage | measure |") or (rows and line.startswith("|")):
+            rows.append(line)
+        elif rows:
+            break
+    if len(rows) < 3:
+        raise ValueError(f"{page}: no table under a heading starting {HEADING!r}")
+    header = [cell.strip() for cell in rows[0].strip("|").split("|")]
+    numbers = {column: name.replace(",", "") for column, name in enumerate(header)}
+    sizes = {column: int(number) for column, number in numbers.items() if number.isdigit()}
+    results: Results = {size: {} for size in sizes.values()}
+    for row in rows[2:]:
+        cells = [cell.strip() for cell in row.strip("|").split("|")]
+        stage, measure = cells[0], cells[1].split()[0]
+        for column, size in sizes.items():
+            cell = re.sub(r"[^\w.,\s]", "", cells[column]).strip() if column < len(cells) else ""
+            figure = FIGURE.match(cell)
+            if measure == "seconds" and cell and not figure:  # "refused": failed at this size, as results.json says
+                results[size].setdefault(stage, {})["failed"] = cell
+            elif measure in PLOTTED and figure:
+                value = float(figure.group(1).replace(",", "")) * UNITS[figure.group(2) or ""]
+                results[size].setdefault(stage, {})[measure] = value
+    return results
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--work", type=Path, default=Path("/tmp/retrieval_zoo-scale"))
+    parser.add_argument("--table", type=Path, default=None, help="a page holding the harness's table (docs/…)")
     parser.add_argument("--out", type=Path, default=Path("docs/figures"))
     args = parser.parse_args()
-    for path in plot(read_results(args.work), args.out):
+    results = read_table(args.table) if args.table else read_results(args.work)
+    for path in plot(results, args.out):
         print(path)
 
 

@@ -1,6 +1,7 @@
 """The scale harness (benchmarks/scale.py): its synthetic corpora, its growth arithmetic and its memory watch."""
 
 import os
+from pathlib import Path
 
 import pytest
 
@@ -88,3 +89,47 @@ def test_growth_figures_plot_measured_points_and_the_projection_worked_by_hand(t
     assert [p.name for p in written] == ["scale-seconds.png", "scale-disk.png"]  # measures nothing measured: none
     with Image.open(written[0]) as image:
         assert image.format == "PNG" and image.size[0] > 400
+
+
+def test_the_harness_table_is_read_as_measured_figures_failures_included(tmp_path) -> None:
+    from benchmarks.scale_plot import read_table
+
+    page = tmp_path / "page.md"
+    page.write_text(
+        "# Benchmarks\n\n| stage | measure | 10 | 20 |\n|---|---|---|---|\n| other | table | 1 | 2 |\n\n"
+        "## Scale harness: growth\n\ntext\n\n"
+        "| stage | measure | 10,000 | 100,000 | exponent | projected to 8,841,823 |\n|---|---|---|---|---|---|\n"
+        "| bm25 | seconds | 7.48 s | 1.5 h | 0.25 | 41.7 s |\n"
+        "| bm25 | peak_rss | 2.73 GiB | 317 MiB | 0.01 | 3.01 GiB |\n"
+        "| gip | seconds § | 0.148 s | 1.49 s | 1.00 | 131 s |\n"
+        "| gip | recall_exact ‡ | 0.973 | not measured |  |  |\n"
+        "| bmp | seconds | 0.49 s | refused † |  |  |\n"
+        "| bmp | ms_per_query | 1.85 | 1,002.5 |  |  |\n\n"
+        "| stage | measure | 1 | 2 |\n|---|---|---|---|\n| later | table | 1 | 2 |\n"
+    )
+    assert read_table(page) == {
+        10_000: {"bm25": {"seconds": 7.48, "peak_rss": 2.73 * 2**30}, "gip": {"seconds": 0.148},
+                 "bmp": {"seconds": 0.49, "ms_per_query": 1.85}},
+        100_000: {"bm25": {"seconds": 5400.0, "peak_rss": 317 * 2**20}, "gip": {"seconds": 1.49},
+                  "bmp": {"failed": "refused", "ms_per_query": 1002.5}},
+    }  # fmt: skip
+    (tmp_path / "empty.md").write_text("# Nothing here\n")
+    with pytest.raises(ValueError, match="empty.md: no table under"):
+        read_table(tmp_path / "empty.md")
+
+
+def test_the_docs_scale_figures_plot_the_docs_table() -> None:
+    from PIL import Image
+
+    from benchmarks.scale_plot import PLOTTED, digest, drawn_series, read_table
+
+    docs = Path(__file__).resolve().parents[1] / "docs"
+    results = read_table(docs / "benchmarks.md")
+    for measure in PLOTTED:
+        path = docs / "figures" / f"scale-{measure}.png"
+        with Image.open(path) as image:
+            assert image.info.get("Description") == digest(drawn_series(results, measure)), (
+                f"{path} plots other numbers than docs/benchmarks.md's scale table: run python -m "
+                "benchmarks.scale_plot --table docs/benchmarks.md --out docs/figures"
+            )
+        assert f"figures/scale-{measure}.png" in (docs / "benchmarks.md").read_text()
