@@ -90,6 +90,8 @@ def test_cpu_chunks_and_the_encoding_path_give_the_very_same_vectors_and_gradien
     whole = vectors_and_gradients()
     monkeypatch.setattr("retrieval_zoo.lexical.delade_vectors.CPU_CHUNK_BYTES", 2 * 7 * 40 * 4)  # two rows a chunk
     assert rows_per_chunk(logits) == 2
+    # elsewhere chunks bound the scratch tensor at 1 GiB: 34 rows of 256 tokens × |V| float32 logits
+    assert rows_per_chunk(torch.empty(96, 256, 30522, device="meta")) == 34
     for expected, chunked in zip(whole, vectors_and_gradients(), strict=True):
         assert torch.equal(expected, chunked)
     with torch.inference_mode():

@@ -8,10 +8,10 @@ The vectors are dense: every vocabulary id gets a weight, which densification (E
 (B, L, V) intermediates but the probabilities themselves: the forward builds them in one tensor (kept for the
 backward, which turns them into the logits' gradient in place) and the candidates w_i·softmax(z_i)[v] a chunk of
 rows at a time, reduced by a max over positions (no Python loop over tokens) and freed. Positions that do not count
-get −inf by adding a (B, L, 1) bias, a fraction of a masked fill's cost on a CPU. On a CPU, first touching a fresh
-gigabyte costs more than the arithmetic, so chunks stay small there. [CLS] is left out by the mask, not by slicing
-the logits, whose slice would cost autograd another (B, L, V) gradient and copy. Without gradients (encoding) the
-max keeps no winners and no probabilities are kept.
+get −inf by adding a (B, L, 1) bias, a fraction of a masked fill's cost on a CPU. Chunks keep the scratch tensor
+bounded (on a CPU, first touching a fresh gigabyte costs more than the arithmetic, so chunks stay small there).
+[CLS] is left out by the mask, not by slicing the logits, whose slice would cost autograd another (B, L, V)
+gradient and copy. Without gradients (encoding) the max keeps no winners and no probabilities are kept.
 :func:`delade_vectors_naive` is the literal formula; a test holds the two equal.
 """
 
@@ -22,6 +22,7 @@ import torch
 from retrieval_zoo.lexical.maxima import max_with_positions_
 
 CPU_CHUNK_BYTES = 32 * 2**20
+DEVICE_CHUNK_BYTES = 2**30
 
 
 def delade_vectors_naive(
@@ -89,8 +90,7 @@ def best_candidates(
     """With ``winners``: the (B, L, V) probabilities softmax(z), the (B, V) max candidates and their (B, V) positions.
 
     Without: (None, the max candidates, None). Ties go to the first position, as a running max's would. Rows are
-    processed in chunks on a CPU (:func:`rows_per_chunk`), all at once elsewhere; each row's figures are the same
-    either way.
+    processed in chunks (:func:`rows_per_chunk`); each row's figures are the same however they are chunked.
     """
     probabilities = torch.empty_like(z) if winners else None
     padding = torch.zeros(real.shape, dtype=z.dtype, device=z.device).masked_fill_(~real, float("-inf")).unsqueeze(-1)
@@ -126,11 +126,15 @@ def log_normalisers(z: torch.Tensor, scratch: torch.Tensor) -> torch.Tensor:
 
 
 def rows_per_chunk(z: torch.Tensor) -> int:
-    """Rows of ``z`` (B, L, V) to reduce at a time: all of them, except on a CPU.
+    """Rows of ``z`` (B, L, V) to reduce at a time: those that fit the device's chunk budget, at least one.
 
-    On a CPU a chunk's temporaries stay under glibc's largest mmap threshold (32 MiB), so they reuse the heap's pages
-    instead of faulting in fresh ones (a third of the time of a (64, 128, 30522) forward).
+    The chunk's scratch tensor (its exponentials, then its candidates) is the forward's only (B, L, V) allocation
+    besides the kept probabilities. On a CPU a chunk stays under glibc's largest mmap threshold (32 MiB), so it
+    reuses the heap's pages instead of faulting in fresh ones (a third of the time of a (64, 128, 30522) forward);
+    on a GPU, under 1 GiB, so a large batch's forward holds the logits, the probabilities and a bounded scratch
+    tensor, a handful of chunks at most.
     """
-    if z.device.type != "cpu" or len(z) == 0:
-        return max(1, len(z))
-    return max(1, CPU_CHUNK_BYTES // max(1, z[0].numel() * z.element_size()))
+    if len(z) == 0:
+        return 1
+    budget = CPU_CHUNK_BYTES if z.device.type == "cpu" else DEVICE_CHUNK_BYTES
+    return max(1, budget // max(1, z[0].numel() * z.element_size()))
