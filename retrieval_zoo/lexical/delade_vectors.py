@@ -20,6 +20,7 @@ from __future__ import annotations
 import torch
 
 from retrieval_zoo.lexical.maxima import max_with_positions_
+from retrieval_zoo.lexical.splade import padding_bias
 
 CPU_CHUNK_BYTES = 32 * 2**20
 DEVICE_CHUNK_BYTES = 2**30
@@ -93,9 +94,9 @@ def best_candidates(
     processed in chunks (:func:`rows_per_chunk`); each row's figures are the same however they are chunked.
     """
     probabilities = torch.empty_like(z) if winners else None
-    padding = torch.zeros(real.shape, dtype=z.dtype, device=z.device).masked_fill_(~real, float("-inf")).unsqueeze(-1)
+    padding = padding_bias(real, z.dtype)  # (B, L, 1): 0 where position i counts, else −inf
     bests: list[torch.Tensor] = []
-    winner_parts: list[torch.Tensor | None] = []
+    winner_parts: list[torch.Tensor] = []
     step = rows_per_chunk(z)
     scratch = torch.empty_like(z[:step])  # each chunk's exponentials, then its candidates: one allocation a call
     for start in range(0, max(len(z), 1), step):  # one (empty) chunk for an empty batch
@@ -108,10 +109,10 @@ def best_candidates(
         candidates.add_(padding[rows])  # w_i·p_iv, or −inf where position i does not count
         best, winner = max_with_positions_(candidates, dim=1) if winners else (candidates.amax(dim=1), None)
         bests.append(best)
-        winner_parts.append(winner)
-    if len(bests) == 1:
-        return probabilities, bests[0], winner_parts[0]
-    return probabilities, torch.cat(bests), torch.cat([w for w in winner_parts if w is not None]) if winners else None
+        winner_parts += [winner] if winner is not None else []
+    if len(bests) == 1:  # no copy by a cat of one
+        return probabilities, bests[0], winner_parts[0] if winners else None
+    return probabilities, torch.cat(bests), torch.cat(winner_parts) if winners else None
 
 
 def log_normalisers(z: torch.Tensor, scratch: torch.Tensor) -> torch.Tensor:

@@ -5,7 +5,7 @@ On a CPU, torch's max that keeps positions walks the reduced axis element by ele
 CSurF training step at small sizes. :func:`max_with_positions_` finds the positions with vectorised float
 arithmetic instead, in place on a tensor the caller is done with: x − max is 0 exactly at a maximum and negative
 elsewhere, so sign(x − max)·(n + 1) + (n − i) is n − i at a maximum and negative below it, and its max over the axis
-gives the first maximum's position i. Five passes over the tensor are cheaper than torch's one while the tensor
+gives the first maximum's position i. Six passes over the tensor are cheaper than torch's one while the tensor
 stays in cache; beyond :data:`CPU_BYTES` (and on other devices, where the max with positions is one fast kernel)
 torch's own max runs. Both give the same maxima and positions; a test holds them equal, ties included.
 """
