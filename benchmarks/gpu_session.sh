@@ -7,9 +7,14 @@
 set -uo pipefail
 out=${OUT:-/tmp/gpu_out}
 mkdir -p "$out"
-python3 -m pip install -q --no-index --no-deps --no-compile --upgrade --target /tmp/site .gpu/whl/*.whl || exit 1
+# The wheels (36 MB) and the BM25 caches may travel in separate calls (64 MiB a call): a warm machine keeps /tmp/site
+if compgen -G ".gpu/whl/*.whl" >/dev/null; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --upgrade --target /tmp/site .gpu/whl/*.whl || exit 1
+elif [ ! -d /tmp/site/hydra ]; then
+  echo "no wheels in .gpu/whl and none installed in /tmp/site: carry .gpu/whl (benchmarks/gpu_prepare.sh)"; exit 1
+fi
 export PYTHONPATH=/tmp/site HF_HUB_OFFLINE=1 WANDB_MODE=offline OPENAI_API_KEY=dummy PYTHONUNBUFFERED=1
-mkdir -p ~/.cache/retrieval_zoo && for f in .gpu/cache_*.tar.xz; do tar xJf "$f" -C ~/.cache/retrieval_zoo; done
+mkdir -p ~/.cache/retrieval_zoo && for f in .gpu/cache_*.tar.xz; do [ -f "$f" ] && tar xJf "$f" -C ~/.cache/retrieval_zoo; done
 throughput=(python3 -m benchmarks.gpu_throughput --device cuda --backbone bert_base_random --precision bf16
   --bm25 replay=.gpu/bm25.pkl.gz)
 
