@@ -142,6 +142,35 @@ def test_pooled_projection_backward_equals_autograd_through_the_logits() -> None
         assert torch.allclose(fast_grad, naive_grad, rtol=0, atol=atol)
 
 
+def test_vocabulary_chunk_is_small_on_a_cpu_and_a_budget_elsewhere() -> None:
+    from retrieval_zoo.lexical.splade import CPU_CHUNK, DEVICE_CHUNK_BYTES, vocabulary_chunk
+
+    assert vocabulary_chunk(torch.empty(64, 256, 8), 30522) == CPU_CHUNK  # a CPU keeps a chunk's products in cache
+    meta = torch.empty(64, 256, 8, device="meta", dtype=torch.bfloat16)  # an accelerator: fewer, larger chunks
+    assert vocabulary_chunk(meta, 30522) == DEVICE_CHUNK_BYTES // (64 * 256 * 2) == 16384
+    assert vocabulary_chunk(meta[:2, :8], 30522) == 30522  # the whole vocabulary at once when it fits
+    assert vocabulary_chunk(torch.empty(4096, 512, 8, device="meta"), 30522) == CPU_CHUNK  # never below a CPU's
+
+
+@pytest.mark.parametrize("fixed_backward", [False, True])
+def test_pooled_projection_in_one_chunk_equals_it_in_many(fixed_backward: bool) -> None:
+    # One chunk over the whole vocabulary is what vocabulary_chunk gives a GPU for most batches: the same maxima,
+    # positions and gradients as 1,000 ids at a time, to float32 rounding (GEMMs of another width).
+    model = TinyRandomBackbone(hidden_size=16).load_model(mlm_head=True).eval()
+    ids, mask = torch.randint(1000, 2000, (2, 6)), torch.tensor([[1] * 6, [1] * 4 + [0] * 2])
+    upstream = torch.randn(2, model.config.vocab_size)
+    parameters = [model.cls.predictions.transform.dense.weight, model.cls.predictions.decoder.weight]
+    results = []
+    for chunk in (1000, model.config.vocab_size):
+        maxima, argmax, _ = max_pooled_logits(model, ids, mask, chunk=chunk, fixed_backward=fixed_backward)
+        results.append((maxima.detach(), argmax, torch.autograd.grad((maxima * upstream).sum(), parameters)))
+    (many, many_at, many_grads), (one, one_at, one_grads) = results
+    assert torch.allclose(one, many, rtol=0, atol=float32_rounding(16) * float(many.abs().max()))
+    assert torch.equal(one_at, many_at)
+    for got, want in zip(one_grads, many_grads, strict=True):
+        assert torch.allclose(got, want, rtol=0, atol=float32_rounding(upstream.numel()) * float(want.abs().max()))
+
+
 def test_pooled_projection_backward_is_bitwise_repeatable_on_two_threads(two_threads) -> None:
     # One text, 4 positions, 20k ids: both threads add into the same 4 rows of grad_x at once. index_put_(accumulate=
     # True) summed them in a thread-dependent order here (two CSurF trainings of one command differed).
