@@ -142,14 +142,16 @@ def test_pooled_projection_backward_equals_autograd_through_the_logits() -> None
         assert torch.allclose(fast_grad, naive_grad, rtol=0, atol=atol)
 
 
-def test_vocabulary_chunk_is_small_on_a_cpu_and_a_budget_elsewhere() -> None:
-    from retrieval_zoo.lexical.splade import CPU_CHUNK, DEVICE_CHUNK_BYTES, vocabulary_chunk
+def test_vocabulary_chunk_holds_a_budget_of_products() -> None:
+    from retrieval_zoo.lexical.splade import CPU_CHUNK_BYTES, DEVICE_CHUNK_BYTES, MIN_CHUNK, vocabulary_chunk
 
-    assert vocabulary_chunk(torch.empty(64, 256, 8), 30522) == CPU_CHUNK  # a CPU keeps a chunk's products in cache
+    assert vocabulary_chunk(torch.empty(64, 256, 8), 30522) == MIN_CHUNK  # a training batch on a CPU: as ever
+    assert vocabulary_chunk(torch.empty(2, 8, 8), 30522) == CPU_CHUNK_BYTES // (2 * 8 * 4) == 16384  # short texts
+    assert vocabulary_chunk(torch.empty(1, 8, 8), 30522) == 30522  # one short query: the whole vocabulary at once
     meta = torch.empty(64, 256, 8, device="meta", dtype=torch.bfloat16)  # an accelerator: fewer, larger chunks
     assert vocabulary_chunk(meta, 30522) == DEVICE_CHUNK_BYTES // (64 * 256 * 2) == 16384
-    assert vocabulary_chunk(meta[:2, :8], 30522) == 30522  # the whole vocabulary at once when it fits
-    assert vocabulary_chunk(torch.empty(4096, 512, 8, device="meta"), 30522) == CPU_CHUNK  # never below a CPU's
+    assert vocabulary_chunk(meta[:2, :8], 30522) == 30522
+    assert vocabulary_chunk(torch.empty(4096, 512, 8, device="meta"), 30522) == MIN_CHUNK  # never fewer ids
 
 
 @pytest.mark.parametrize("fixed_backward", [False, True])

@@ -26,21 +26,22 @@ from transformers import PreTrainedModel
 from retrieval_zoo.lexical.maxima import max_with_positions_
 from retrieval_zoo.rows import add_rows
 
-CPU_CHUNK = 1024  # vocabulary ids projected at a time on a CPU: a chunk's products stay in its caches
-DEVICE_CHUNK_BYTES = 1 << 29  # elsewhere, a chunk's (B, L, chunk) products take up to 512 MiB
+MIN_CHUNK = 1024  # vocabulary ids projected at a time, at least
+CPU_CHUNK_BYTES = 1 << 20  # the products a chunk may hold on a CPU: a core's L2 cache
+DEVICE_CHUNK_BYTES = 1 << 29  # and on an accelerator
 
 
 def vocabulary_chunk(x: torch.Tensor, vocab: int) -> int:
     """Vocabulary ids to project at a time for (B, L, H) inputs ``x`` over ``vocab`` ids.
 
-    :data:`CPU_CHUNK` on a CPU; on an accelerator as many as keep a chunk's products under
-    :data:`DEVICE_CHUNK_BYTES`, at least :data:`CPU_CHUNK`: each chunk costs the host a handful of kernel launches, and
-    30 chunks of 1,024 made the pooled projection a third of CSurF's launches when it encodes a corpus on a GPU.
+    As many as keep a chunk's (B, L, chunk) products under :data:`CPU_CHUNK_BYTES` on a CPU and
+    :data:`DEVICE_CHUNK_BYTES` elsewhere, at least :data:`MIN_CHUNK`. Each chunk costs the host a dozen small ops: 30
+    chunks of 1,024 ids were half of CSurF's training step at 2 × (1 + 1) texts of 8 tokens on a CPU, and a third of
+    the kernel launches of its corpus encoding on a GPU. Batches of training size on a CPU keep 1,024 ids a chunk.
     """
-    if x.device.type == "cpu":
-        return CPU_CHUNK
+    budget = CPU_CHUNK_BYTES if x.device.type == "cpu" else DEVICE_CHUNK_BYTES
     per_id = max(1, x.shape[0] * x.shape[1] * torch.finfo(compute_dtype(x)).bits // 8)
-    return min(vocab, max(CPU_CHUNK, DEVICE_CHUNK_BYTES // per_id))
+    return min(vocab, max(MIN_CHUNK, budget // per_id))
 
 
 def mlm_head_parts(model: PreTrainedModel) -> tuple[torch.nn.Module, torch.nn.Module, torch.nn.Linear]:
