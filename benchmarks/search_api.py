@@ -11,7 +11,11 @@ Then the 1,200 dev queries searched at k = 1000 (``search_batch``), and ``search
 queries (median; the first query's warm-up left out). Targets: loading ≤ 10% of building; one query at k = 10
 ≤ 50 ms for dense, CLEAR and RoC on 2 CPU cores, ≤ 100 ms for the others. By default one pair per index family.
 
-    python -m benchmarks.search_api [--pairs dense:faiss,clear:union,...]
+A flat faiss index's build is a copy of the vectors and its load maps a file, a fixed cost that is a sizeable share
+of a copy of the embedded corpus's 10,000 vectors. ``--flat-sizes`` measures how the two grow: a ``Flat`` index of
+random 128-d vectors built, saved and loaded at each size (best of 3 each), as the dense and union families do.
+
+    python -m benchmarks.search_api [--pairs dense:faiss,clear:union,...] [--flat-sizes 10000,100000,1000000]
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ from functools import partial
 from pathlib import Path
 from typing import TypeVar
 
+import numpy as np
 import torch
 from hydra.utils import instantiate
 from omegaconf import OmegaConf
@@ -32,6 +37,7 @@ from omegaconf import OmegaConf
 from benchmarks.common import header
 from retrieval_zoo.data.collections import embedded
 from retrieval_zoo.evaluation.pipeline import build_collection_and_bm25, encode_for_index
+from retrieval_zoo.index.vectors.faiss import FaissIndex
 from retrieval_zoo.search_api import Retriever
 
 T = TypeVar("T")
@@ -85,13 +91,38 @@ def measure_pair(method: str, index_name: str, folder: Path, dev: dict[str, str]
     }  # the first query's warm-up left out
 
 
+def flat_growth(sizes: list[int], folder: Path, dim: int = 128) -> list[dict]:
+    """A flat faiss index of ``n`` random vectors for each ``n`` in ``sizes``: build and load seconds (best of 3)."""
+    rows = []
+    for size in sizes:
+        vectors = np.random.default_rng(0).random((size, dim), dtype=np.float32)
+        shards = [(np.arange(size).astype(str), vectors)]
+        build = min(seconds_of(partial(FaissIndex("Flat").build_sharded, shards))[0] for _ in range(3))
+        saved = folder / f"flat-{size}"
+        saved.mkdir()
+        FaissIndex("Flat").build_sharded(shards).save(saved)
+        load = min(seconds_of(partial(FaissIndex("Flat").load, saved))[0] for _ in range(3))
+        rows.append({"size": size, "build": build, "load": load})
+    return rows
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--pairs", default=PAIRS, help="method:index pairs, comma-separated")
+    parser.add_argument("--pairs", default=PAIRS, help="method:index pairs, comma-separated; none: only --flat-sizes")
+    parser.add_argument("--flat-sizes", default="", help="vector counts for a flat faiss index's build and load")
     args = parser.parse_args()
-    pairs = [tuple(pair.split(":")) for pair in args.pairs.split(",")]
+    pairs = [tuple(pair.split(":")) for pair in args.pairs.split(",")] if args.pairs != "none" else []
     with tempfile.TemporaryDirectory(prefix="search_api-") as folder:
         rows = measure(pairs, Path(folder))  # type: ignore[arg-type]
+        flat = flat_growth([int(size) for size in args.flat_sizes.split(",") if size], Path(folder))
+    if flat:
+        header("A flat faiss index of random 128-d vectors: built from the vectors, and loaded once saved")
+        print("| vectors | build (ms) | load saved (ms) | load ÷ build |\n|---|---|---|---|")
+        for r in flat:
+            build, load = 1000 * r["build"], 1000 * r["load"]
+            print(f"| {r['size']:,} | {build:.2f} | {load:.2f} | {load / build:.3f} |")
+    if not rows:
+        return
     header("Search API on debian_descriptions-default: Retriever.load, the dev queries, one query")
     print("| method × index | encode corpus (s) | build index (s) | load saved (s) | load ÷ build | 1,200 dev queries, "
           "k = 1000 (s) | one query, k = 10 (ms) |")  # fmt: skip

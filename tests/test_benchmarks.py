@@ -114,3 +114,12 @@ def test_recipe_rates_stretches_each_text_with_its_own_tokens_and_composes_every
         assert cfg.backbone.name == "bert_base_random"
         assert cfg.backbone.num_layers == (6 if backbone == "distilbert_base_uncased" else 12), recipe
         assert cfg.data.negatives_run is None and cfg.data.teacher_run is None, recipe
+
+
+def test_flat_growth_builds_saves_and_loads_a_flat_index_at_each_size(tmp_path) -> None:
+    from benchmarks.search_api import flat_growth
+
+    rows = flat_growth([64, 512], tmp_path, dim=8)
+    assert [row["size"] for row in rows] == [64, 512]
+    assert all(row["build"] > 0 and row["load"] > 0 for row in rows)
+    assert sorted(path.name for path in (tmp_path / "flat-512").iterdir()) == ["docids.npy", "faiss-00000.index"]
