@@ -8,7 +8,8 @@ w_j = max_i log(1 + ReLU(logit_ij)) over the tokens i of a text, for every vocab
 1. length-sorted batches (in :func:`retrieval_zoo.encoding.batching.encode_all`) to avoid padding;
 2. max-pooling *before* the activation: log(1 + ReLU(·)) is monotonic non-decreasing, so
    max_i f(x_i) = f(max_i x_i), and the activation runs on (B, V) instead of (B, L, V);
-3. the vocabulary projection in chunks, each max-pooled at once, so memory stays O(B·L·chunk) instead of O(B·L·V).
+3. the vocabulary projection in chunks (:func:`vocabulary_chunk`: a budget of products a chunk), each max-pooled at
+   once, so memory stays O(B·L·chunk) instead of O(B·L·V).
    Padding is masked inside the GEMM (``baddbmm`` adds a 0/−inf row bias), and the projection bias is added after
    the max (max_i(z_ij + b_j) = max_i z_ij + b_j), so no (B, L, chunk) tensor is copied.
 
