@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One lent GPU machine's measurements (../shared/GPU.md), run from the repository root there:
 #   bash benchmarks/gpu_session.sh STAGE...   STAGE: check, bf16, e2e, compiled, syncs, recheck, csurf_shapes,
-#                                             csurf_precision, recipes, profile
+#                                             csurf_precision, recipes, profile, scatter
 # Needs .gpu/ prepared on a machine with the package index and Java (benchmarks/gpu_prepare.sh). Each stage writes
 # its log under $OUT (or /tmp/gpu_out) as it runs, so a command stopped at its limit still returns what it measured.
 set -uo pipefail
@@ -35,15 +35,19 @@ for stage in "$@"; do
       python3 -c "import os, nvidia; print('torch CUDA wheels:', sorted(os.listdir(nvidia.__path__[0])))" ;;
     bf16)
       "${throughput[@]}" --methods "${BF16_METHODS:-dense,clear,roc,delade_cls,csurf,dlr_splade,dhr_bm25_dense}" 2>&1 | tee "$out/bf16.log" | tr '\r' '\n' | grep -E "$table" ;;
-    e2e)
-      start=$(date +%s)
-      # each line stamped with the milliseconds since the start, so the log shows where the time goes
-      start_ms=$(($(date +%s%N) / 1000000))
-      python3 train.py trainer=gpu logger=csv trainer.enable_progress_bar=false hydra.run.dir=/tmp/runs/default 2>&1 \
-        | stdbuf -oL tr '\r' '\n' | while IFS= read -r line; do echo "$(($(date +%s%N) / 1000000 - start_ms)) $line"; done \
-        > "$out/e2e.log"
-      echo "python train.py trainer=gpu: rc ${PIPESTATUS[0]} in $(($(date +%s) - start)) s"
-      grep -vE "it/s]|batch/s]|chunk/s]" "$out/e2e.log" | tail -40 ;;
+    e2e)  # E2E_RUNS runs one after the other: the first on a cold machine (files, bytecode), the next warm
+      for run in $(seq "${E2E_RUNS:-1}"); do
+        start=$(date +%s)
+        # each line stamped with the milliseconds since the start, so the log shows where the time goes
+        start_ms=$(($(date +%s%N) / 1000000))
+        python3 train.py trainer=gpu logger=csv trainer.enable_progress_bar=false hydra.run.dir=/tmp/runs/default_$run \
+          2>&1 | stdbuf -oL tr '\r' '\n' \
+          | while IFS= read -r line; do echo "$(($(date +%s%N) / 1000000 - start_ms)) $line"; done > "$out/e2e_$run.log"
+        echo "python train.py trainer=gpu (run $run): rc ${PIPESTATUS[0]} in $(($(date +%s) - start)) s"
+        grep -vE "it/s]|batch/s]|chunk/s]" "$out/e2e_$run.log" | tail -25
+      done ;;
+    scatter)  # CSurF's E×E cell maxima: torch's float scatter_reduce against integer maxima on the bits
+      python3 -m benchmarks.scatter_amax --device cuda 2>&1 | tee "$out/scatter.log" | grep -E "$table" ;;
     compiled)
       "${throughput[@]}" --compile --methods "${COMPILED_METHODS:-dense,csurf}" 2>&1 | tee "$out/compiled.log" \
         | tr '\r' '\n' | grep -E "$table" ;;
@@ -56,7 +60,7 @@ for stage in "$@"; do
         --methods "${RECHECK_METHODS:-dense,delade_cls,dlr_splade}" --repeat 3 --queries 0 2>&1 \
         | tee "$out/recheck.log" | tr '\r' '\n' | grep -E "$table|^syncs" ;;
     csurf_shapes)  # CSurF's step in fixed shapes (the CUDA default) beside the listed bags', syncs and fixed cost too
-      for shapes in fixed data; do
+      for shapes in ${CSURF_SHAPES:-fixed data}; do
         python3 -m benchmarks.gpu_throughput --device cuda --backbone bert_base_random --precision bf16 --sync-debug \
           --methods csurf --override method.step_shapes=$shapes --repeat 3 --queries 0 --docs 256 --fixed-cost 2>&1 \
           | tee "$out/csurf_$shapes.log" | tr '\r' '\n' | grep -E "$table|^syncs"

@@ -7,6 +7,7 @@ from retrieval_zoo.lexical.delade_vectors import (
     _WeightedSoftmaxMax,
     delade_vectors,
     delade_vectors_naive,
+    fused_best_candidates,
     log_normalisers,
     rows_per_chunk,
 )
@@ -97,6 +98,28 @@ def test_cpu_chunks_and_the_encoding_path_give_the_very_same_vectors_and_gradien
     with torch.inference_mode():
         assert torch.equal(delade_vectors(logits, hidden, mask, weight), whole[0])
     assert delade_vectors(logits[:0], hidden[:0], mask[:0], weight).shape == (0, 40)  # an empty batch
+
+
+@pytest.mark.parametrize("chunk_rows", [None, 2])
+def test_the_accelerators_fused_encoding_gives_the_vectors_to_float32_rounding(monkeypatch, chunk_rows) -> None:
+    # On a GPU, encoding takes softmax's own kernel: another rounding of the same probabilities (forced here on a CPU)
+    torch.manual_seed(4)
+    logits, hidden = (torch.randn(5, 7, 40) * 3).bfloat16(), torch.randn(5, 7, 4)  # bf16, as autocast gives them
+    mask = torch.tensor([[1] * 7, [1] * 3 + [0] * 4, [1] * 7, [1] + [0] * 6, [1] * 6 + [0]])  # row 3: [CLS] alone
+    weight = torch.nn.Linear(4, 1)
+    with torch.no_grad():
+        expected = delade_vectors(logits, hidden, mask, weight)  # the CPU's path
+        if chunk_rows:
+            monkeypatch.setattr("retrieval_zoo.lexical.delade_vectors.DEVICE_CHUNK_BYTES", chunk_rows * 7 * 40 * 4)
+        weights = torch.nn.functional.pad(weight(hidden[:, 1:]).squeeze(-1), (1, 0))
+        real = mask != 0
+        real[:, 0] = False
+        fused = fused_best_candidates(logits, weights, real)
+    assert fused.dtype == torch.float32 and torch.equal(fused.isinf(), expected.isinf()) and fused[3].isinf().all()
+    finite = expected.isfinite()  # a probability normalised over 40 ids, times w: a few roundings apart
+    scale = float(expected[finite].abs().max())
+    assert torch.allclose(fused[finite], expected[finite], rtol=0, atol=float32_rounding(40) * scale)
+    assert fused_best_candidates(logits[:0], weights[:0], real[:0]).shape == (0, 40)
 
 
 def test_log_normalisers_are_torch_logsumexp_bit_for_bit() -> None:

@@ -79,10 +79,30 @@ def delade_vectors(
     weights = torch.nn.functional.pad(weights, (1, 0))  # (B, L): a masked 0 at [CLS], so z needs no slicing
     real = attention_mask != 0
     real[:, 0] = False  # [CLS] (position 0) never counts
-    z = logits.float()
-    if not (torch.is_grad_enabled() and (z.requires_grad or weights.requires_grad)):  # encoding: no winners kept
-        return best_candidates(z, weights, real, winners=False)[1]
-    return _WeightedSoftmaxMax.apply(z, weights, real)
+    if not (torch.is_grad_enabled() and (logits.requires_grad or weights.requires_grad)):  # encoding: no winners
+        if logits.device.type != "cpu":
+            return fused_best_candidates(logits, weights, real)
+        return best_candidates(logits.float(), weights, real, winners=False)[1]
+    return _WeightedSoftmaxMax.apply(logits.float(), weights, real)
+
+
+def fused_best_candidates(logits: torch.Tensor, weights: torch.Tensor, real: torch.Tensor) -> torch.Tensor:
+    """The (B, V) max candidates of :func:`best_candidates` in three passes over each chunk of rows, for encoding.
+
+    torch's fused softmax (float32 from the logits' dtype, no float32 copy of them), then w_i·p_iv plus the padding's
+    −inf in one ``addcmul`` written over the probabilities, then the max: a GPU reads and writes (B, L, V) three times
+    instead of eight. Its probabilities are exp(z − max) / Σ exp(z − max) where :func:`best_candidates` takes
+    exp(z − logsumexp(z)): the same to float32 rounding, not the same bits, so the CPU (whose figures the registry
+    holds) keeps :func:`best_candidates`.
+    """
+    padding = padding_bias(real, torch.float32)
+    step = max(1, DEVICE_CHUNK_BYTES // max(1, logits.shape[1:].numel() * 4))  # a chunk's float32 probabilities
+    bests = []
+    for start in range(0, max(len(logits), 1), step):
+        rows = slice(start, start + step)
+        p = torch.softmax(logits[rows], dim=-1, dtype=torch.float32)
+        bests.append(torch.addcmul(padding[rows], p, weights[rows].unsqueeze(-1), out=p).amax(dim=1))
+    return bests[0] if len(bests) == 1 else torch.cat(bests)
 
 
 def best_candidates(
