@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One lent GPU machine's measurements (../shared/GPU.md), run from the repository root there:
 #   bash benchmarks/gpu_session.sh STAGE...   STAGE: check, bf16, e2e, compiled, syncs, recheck, csurf_shapes,
-#                                             csurf_precision, recipes, profile, scatter
+#                                             csurf_precision, recipes, profile
 # Needs .gpu/ prepared on a machine with the package index and Java (benchmarks/gpu_prepare.sh). Each stage writes
 # its log under $OUT (or /tmp/gpu_out) as it runs, so a command stopped at its limit still returns what it measured.
 set -uo pipefail
@@ -46,8 +46,6 @@ for stage in "$@"; do
         echo "python train.py trainer=gpu (run $run): rc ${PIPESTATUS[0]} in $(($(date +%s) - start)) s"
         grep -vE "it/s]|batch/s]|chunk/s]" "$out/e2e_$run.log" | tail -25
       done ;;
-    scatter)  # CSurF's E×E cell maxima: torch's float scatter_reduce against integer maxima on the bits
-      python3 -m benchmarks.scatter_amax --device cuda 2>&1 | tee "$out/scatter.log" | grep -E "$table" ;;
     compiled)
       "${throughput[@]}" --compile --methods "${COMPILED_METHODS:-dense,csurf}" 2>&1 | tee "$out/compiled.log" \
         | tr '\r' '\n' | grep -E "$table" ;;

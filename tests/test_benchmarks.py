@@ -123,13 +123,3 @@ def test_flat_growth_builds_saves_and_loads_a_flat_index_at_each_size(tmp_path) 
     assert [row["size"] for row in rows] == [64, 512]
     assert all(row["build"] > 0 and row["load"] > 0 for row in rows)
     assert sorted(path.name for path in (tmp_path / "flat-512").iterdir()) == ["docids.npy", "faiss-00000.index"]
-
-
-def test_scatter_amax_benchmark_checks_every_contender_against_torch_and_prints_ratios(monkeypatch, capsys) -> None:
-    from benchmarks import scatter_amax
-
-    argv = ["scatter_amax", "--device", "cpu", "--batch", "2", "--query-length", "3", "--docs", "4", "--vocab", "50"]
-    monkeypatch.setattr("sys.argv", [*argv, "--repeat", "1"])
-    scatter_amax.main()  # asserts each contender gives torch's bits, forward and gradients
-    rows = [line for line in capsys.readouterr().out.splitlines() if line.startswith("| ") and "ms" not in line]
-    assert [row.split(" | ")[0] for row in rows] == ["| torch", "| bits", "| bits, one-hot counts"]

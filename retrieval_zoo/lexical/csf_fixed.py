@@ -15,8 +15,7 @@ Each (query token, document) cell keeps its largest value and the cells are summ
 value is ≥ 0 (weights are log(1 + ReLU(·)), vectors ReLU(·), so f ≥ 0) and a cell starts at 0 (an unmatched token
 adds 0), so a pair with a missing CSF, valued 0, changes no maximum: these are the scores of ``max_sum_scores`` to
 float32 rounding (dot products summed in another order). E×E takes B·N·|V| values, so documents go in blocks of at
-most :data:`FIXED_CELLS` of them, each recomputed in the backward pass when there are several. Because every value is
-≥ 0, a cell's maximum is taken on the values' bits read as integers (:func:`scatter_amax`).
+most :data:`FIXED_CELLS` of them, each recomputed in the backward pass when there are several.
 """
 
 from __future__ import annotations
@@ -67,7 +66,7 @@ def _block_scores(query: TextCsfs, docs: TextCsfs) -> torch.Tensor:
         if similar is not None:
             value = value * torch.bmm(_grounded(query), _grounded(docs).transpose(1, 2)).permute(1, 0, 2)
         index = query.sources.unsqueeze(2).expand(-1, -1, count)
-        cells = scatter_amax(cells, index, value.to(cells.dtype))
+        cells = cells.scatter_reduce(1, index, value.to(cells.dtype), "amax", include_self=True)
     if query.kept == "both":
         # E×O: (B, n, Ld), each document position's form looked up among the query's expansion CSFs
         forms = docs.ids.flatten()
@@ -76,7 +75,7 @@ def _block_scores(query: TextCsfs, docs: TextCsfs) -> torch.Tensor:
         if similar is not None:
             value = value * similar.gather(1, source.unsqueeze(1)).squeeze(1)
         value = value.transpose(1, 2).to(cells.dtype)
-        cells = scatter_amax(cells, source.transpose(1, 2), value)
+        cells = cells.scatter_reduce(1, source.transpose(1, 2), value, "amax", include_self=True)
         # O×E: (B, Lq, n), each query position's form looked up among the documents' expansion CSFs
         forms = query.ids.flatten()
         source = docs.sources.T[forms].view(batch, query_length, count)
@@ -99,41 +98,3 @@ def _grounded(texts: TextCsfs) -> torch.Tensor:
     rows = torch.arange(count, device=texts.ids.device).unsqueeze(1) * length + texts.sources
     vectors = take_rows(texts.vectors.flatten(0, 1), rows.T.flatten())
     return vectors.view(texts.sources.shape[1], count, -1)
-
-
-BITS = {torch.float32: torch.int32, torch.bfloat16: torch.int16, torch.float16: torch.int16}
-
-
-def scatter_amax(cells: torch.Tensor, index: torch.Tensor, value: torch.Tensor) -> torch.Tensor:
-    """``cells.scatter_reduce(1, index, value, "amax", include_self=True)`` for ``cells`` and ``value`` ≥ 0.
-
-    The bits of a float ≥ 0, read as a signed integer of its width, order as the float does, so the maxima are taken
-    by integer atomics: one instruction each on a GPU, where a float maximum is a compare-and-swap loop that E×E's
-    |V|/Lq values a cell keep retrying. The backward is torch's for "amax": a cell's gradient shared evenly among the
-    values equal to its maximum, its start value included.
-
-    Args:
-        cells: (B, Lq, n) the start values.
-        index: (B, M, n) the cell (along dim 1) of each value.
-        value: (B, M, n) values of ``cells``' dtype.
-
-    Returns:
-        (B, Lq, n) the cells' maxima.
-    """
-    return _ScatterAmax.apply(cells, index, value)
-
-
-class _ScatterAmax(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, cells: torch.Tensor, index: torch.Tensor, value: torch.Tensor) -> torch.Tensor:  # noqa: ANN001
-        bits = BITS[cells.dtype]
-        out = cells.view(bits).scatter_reduce(1, index, value.view(bits), "amax", include_self=True).view(cells.dtype)
-        ctx.save_for_backward(cells, index, value, out)
-        return out
-
-    @staticmethod
-    def backward(ctx, grad: torch.Tensor) -> tuple[torch.Tensor, None, torch.Tensor]:  # noqa: ANN001
-        cells, index, value, out = ctx.saved_tensors
-        start_is_max, value_is_max = cells == out, value == out.gather(1, index)
-        share = grad / start_is_max.to(grad.dtype).scatter_add(1, index, value_is_max.to(grad.dtype))
-        return start_is_max * share, None, value_is_max * share.gather(1, index)
