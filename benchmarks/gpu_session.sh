@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One lent GPU machine's measurements (../shared/GPU.md), run from the repository root there:
 #   bash benchmarks/gpu_session.sh STAGE...   STAGE: check, bf16, e2e, compiled, syncs, recheck, csurf_shapes,
-#                                             csurf_precision, recipes, profile
+#                                             csurf_precision, recipes, profile, scale
 # Needs .gpu/ prepared on a machine with the package index and Java (benchmarks/gpu_prepare.sh). Each stage writes
 # its log under $OUT (or /tmp/gpu_out) as it runs, so a command stopped at its limit still returns what it measured.
 set -uo pipefail
@@ -84,6 +84,13 @@ print('seed $seed: |C^d|', round(d['lexical_nonzero_per_doc'], 1), 'MRR@10', rou
     recipes)  # issue 47: each *_msmarco recipe's step and encoding rate, hence its hours
       python3 -m benchmarks.recipe_rates --device cuda --precision bf16 --bm25 replay=.gpu/bm25.pkl.gz 2>&1 \
         | tee "$out/recipes.log" | tr '\r' '\n' | grep -E "$table" ;;
+    scale)  # issue 47: the scale harness here, size by size (SCALE_SIZES), resumable; results.json written into $out
+      mkdir -p /tmp/scale && ln -sf "$(realpath "$out")/scale_results.json" /tmp/scale/results.json
+      for size in ${SCALE_SIZES:-100000 1000000}; do
+        python3 -m benchmarks.scale --sizes "$size" --work /tmp/scale --memory-limit-gib 100 --resume \
+          --stages "${SCALE_STAGES:-encode_dense,encode_splade,collection,faiss}" 2>&1 | tee -a "$out/scale.log" \
+          | grep -E "$table|^\[scale\]"
+      done ;;
     profile)  # op tables of the paths off target (benchmarks.gpu_profile); the whole log comes back under $out
       python3 -m benchmarks.gpu_profile --device cuda --backbone bert_base_random --precision bf16 \
         --bm25 replay=.gpu/bm25.pkl.gz --methods "${PROFILE_METHODS:-delade_cls,csurf,dlr_splade,dhr_bm25_dense}" \

@@ -17,13 +17,15 @@ memory-mapped arrays they read, which the kernel can drop):
   depends on n and d alone);
 - ``csf_shards``, ``csf``, ``csf_fp16``, ``csf_pruned``, ``csf_split``, ``csf_compiled``: CSurF's bags and inverted
   lists, in float32, float16, pruned at α = 0.5, split over 2 processes, and scored by a compiled kernel
-  (:mod:`benchmarks.scale_csf`).
+  (:mod:`benchmarks.scale_csf`);
+- ``encode_dense``, ``encode_splade``: the corpus encoded into an index's shards on the model's device, CUDA in bf16
+  where there is one (:mod:`benchmarks.scale_gpu`; bert-base-size dense vectors, SPLADE-tiny's term weights).
 
 Each family's query latency is the 1,200 dev queries at k = 1000, their encoding done before (best of 2). The
 growth exponent between the two largest sizes (time ∝ n^e) projects each figure to 8,841,823 passages.
 
     python -m benchmarks.scale [--sizes 10000,100000] [--stages bm25,datamodule,...] [--work /tmp/scale]
-                               [--plot docs/figures]
+                               [--plot docs/figures] [--resume]
 """
 
 from __future__ import annotations
@@ -57,9 +59,12 @@ STAGES = (
     "csf_pruned",
     "csf_split",
     "csf_compiled",
+    "encode_dense",
+    "encode_splade",
 )
-GROWING = ("seconds", "peak_rss", "peak_anon", "disk", "ms_per_query", "rank_disk")  # projected to MS MARCO
-MEASURES = (*GROWING, "recall_exact", "top10_overlap", "same_run")  # agreement with an exact run: reported
+GROWING = ("seconds", "peak_rss", "peak_anon", "peak_gpu", "disk", "ms_per_query", "rank_disk")  # projected to MS MARCO
+# reported: an encoding's rate; agreement with an exact run
+MEASURES = (*GROWING, "docs_per_s", "recall_exact", "top10_overlap", "same_run")
 
 
 def tree_rss(root: int) -> tuple[int, int]:
@@ -131,8 +136,10 @@ def human(measure: str, value: float | None) -> str:
     """A figure as the table prints it."""
     if value is None:
         return ""
-    if measure in ("peak_rss", "peak_anon", "disk", "rank_disk"):
+    if measure in ("peak_rss", "peak_anon", "peak_gpu", "disk", "rank_disk"):
         return f"{value / 2**30:.2f} GiB" if value >= 2**30 else f"{value / 2**20:.0f} MiB"
+    if measure == "docs_per_s":
+        return f"{value:,.0f}"
     if measure == "seconds":
         return f"{value / 3600:.1f} h" if value >= 3600 else f"{value:.1f} s" if value >= 10 else f"{value:.2f} s"
     return f"{value:.2f}"
@@ -176,6 +183,7 @@ def main() -> None:
     parser.add_argument("--work", type=Path, default=Path("/tmp/retrieval_zoo-scale"))
     parser.add_argument("--memory-limit-gib", type=float, default=16.0, help="a stage past it is stopped")
     parser.add_argument("--plot", type=Path, help="a folder: also draw each measure's growth there (scale_plot)")
+    parser.add_argument("--resume", action="store_true", help="skip each size's stages measured without failure")
     args = parser.parse_args()
     stages = args.stages.split(",")
     unknown = set(stages) - set(STAGES)
@@ -188,6 +196,9 @@ def main() -> None:
         collection = synthesize(size, work / "collection")
         results.setdefault(size, {})
         for stage in stages:
+            if args.resume and stage in results[size] and "failed" not in results[size][stage]:
+                print(f"[scale] {size:,} documents, {stage}: measured before (--resume)", file=sys.stderr)
+                continue
             results[size][stage] = run_stage(stage, collection, work, int(args.memory_limit_gib * 2**30))
             print(f"[scale] {size:,} documents, {stage}: {results[size][stage]}", file=sys.stderr, flush=True)
             saved.write_text(json.dumps({str(n): r for n, r in sorted(results.items())}, indent=1))

@@ -16,6 +16,7 @@ import torch
 from benchmarks.common import composed
 from benchmarks.scale_csf import STAGES as CSF_STAGES
 from benchmarks.scale_csf import agreement
+from benchmarks.scale_gpu import STAGES as GPU_STAGES
 from benchmarks.sparse_engines import memoized
 from retrieval_zoo.data.collections import Collection, msmarco_tsv
 from retrieval_zoo.lexical.lucene_bm25 import BM25
@@ -140,6 +141,7 @@ def stage_faiss(collection: Collection, work: Path) -> dict:
 STAGES = {"collection": stage_collection, "bm25": stage_bm25, "datamodule": stage_datamodule, "shards": stage_shards,
           "faiss": stage_faiss}  # fmt: skip
 STAGES |= {name: term_family(name) for name in ("sparse", "gip", "bmp", "lucene_impact", "seismic")} | CSF_STAGES
+STAGES |= GPU_STAGES
 
 
 def main() -> None:

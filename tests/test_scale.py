@@ -133,3 +133,20 @@ def test_the_docs_scale_figures_plot_the_docs_table() -> None:
                 "benchmarks.scale_plot --table docs/benchmarks.md --out docs/figures"
             )
         assert f"figures/scale-{measure}.png" in (docs / "benchmarks.md").read_text()
+
+
+def test_resume_skips_the_stages_a_size_measured_and_reruns_its_failures(tmp_path, monkeypatch, capsys) -> None:
+    import json
+
+    saved = {"10000": {"collection": {"seconds": 1.0}, "faiss": {"failed": "exit 1", "peak_rss": 5}}}
+    (tmp_path / "results.json").write_text(json.dumps(saved))
+    ran = []
+    monkeypatch.setattr("benchmarks.synthetic.synthesize", lambda size, out: out)
+    monkeypatch.setattr(scale, "run_stage", lambda stage, *_: ran.append(stage) or {"seconds": 2.0, "docs_per_s": 5e3})
+    argv = ["scale", "--sizes", "10000", "--stages", "collection,faiss,encode_dense", "--work", str(tmp_path)]
+    monkeypatch.setattr("sys.argv", [*argv, "--resume"])
+    scale.main()
+    assert ran == ["faiss", "encode_dense"]
+    results = json.loads((tmp_path / "results.json").read_text())["10000"]
+    assert results["collection"] == {"seconds": 1.0} and results["faiss"]["seconds"] == 2.0
+    assert "| encode_dense | docs_per_s | 5,000 |" in capsys.readouterr().out

@@ -137,12 +137,35 @@ def encode_corpus(
         print(f"[encode] all {len(shards)} corpus shards from the cache: {folder}")
         return shards, rank_zero_only.rank == 0
     print(f"[encode] {done} of {len(shards)} corpus shards already in {folder}; encoding the rest")
+    encode = index.doc_encoder(method, collection, bm25)
+    return shards, predict_shards(method, shards, encode, make_trainer, digest)
+
+
+def predict_shards(
+    method: RetrievalMethod,
+    shards: CorpusShards,
+    encode: ShardEncoder,
+    make_trainer: Callable[..., L.Trainer],
+    digest: str | None = None,
+) -> bool:
+    """Encode ``shards``' missing shards by Lightning predict, each written as soon as it is encoded.
+
+    Args:
+        method: The method whose weights encode.
+        shards: Where the shards go (a folder).
+        encode: Document ids → a shard's payload (:meth:`Index.doc_encoder`).
+        make_trainer: Builds the predict trainer from keyword arguments.
+        digest: :func:`weights_digest` of ``method``, when already taken.
+
+    Returns:
+        Whether this process is rank 0.
+    """
     # every shard, whatever debug/ (fast_dev_run, limits) does to training
     trainer = make_trainer(logger=False, callbacks=[ShardWriter(shards)], enable_checkpointing=False,
                            use_distributed_sampler=False, enable_model_summary=False, fast_dev_run=False,
                            limit_predict_batches=1.0)  # fmt: skip
-    encode = index.doc_encoder(method, collection, bm25)
-    trainer.predict(ShardEncoding(method, shards, encode, digest), return_predictions=False)
+    module = ShardEncoding(method, shards, encode, digest or weights_digest(method))
+    trainer.predict(module, return_predictions=False)
     if trainer.is_global_zero and shards.missing():
-        raise RuntimeError(f"{folder}: shards {shards.missing()} are still missing after encoding")
-    return shards, trainer.is_global_zero
+        raise RuntimeError(f"{shards.folder}: shards {shards.missing()} are still missing after encoding")
+    return trainer.is_global_zero

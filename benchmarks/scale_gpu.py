@@ -1,0 +1,60 @@
+"""The scale harness's corpus-encoding stages (:mod:`benchmarks.scale`): the corpus encoded on the model's device.
+
+- ``encode_dense``: the dense method on a bert-base-size backbone (``backbone=bert_base_random``: bert-base's shapes,
+  random weights, no download), into the shards of its faiss index;
+- ``encode_splade``: ``method=dlr_splade`` (the embedded SPLADE-tiny's trained expansion), into the shards of its
+  term-weight indexes.
+
+Each encodes as ``train.py`` encodes a trained model's corpus
+(:func:`retrieval_zoo.encoding.corpus.predict_shards`: Lightning predict, one shard a step, each written as it is
+done; an off-the-shelf SPLADE is otherwise encoded on demand, shard by shard, in the searching process) on one
+device: CUDA in bf16 where there is one (``trainer=gpu``), else the CPU in float32, into a cache of its own emptied
+first (its token cache too: tokenizing is part of the time), so nothing comes from an earlier run. Besides the
+harness's figures a stage reports ``docs_per_s`` and, on CUDA, ``peak_gpu`` (the most memory torch held on the device).
+"""
+
+from __future__ import annotations
+
+import shutil
+from functools import partial
+from pathlib import Path
+
+import lightning as L
+import torch
+
+from benchmarks.common import composed
+from retrieval_zoo.data.collections import Collection
+from retrieval_zoo.data.corpus_store import corpus_ids
+from retrieval_zoo.encoding.corpus import predict_shards
+from retrieval_zoo.index.shards import CorpusShards
+from retrieval_zoo.lexical.lucene_bm25 import BM25
+
+SHARD_SIZE = 4096
+
+
+def encoding(method: str, *overrides: str):
+    """The stage encoding the corpus with ``conf/method/<method>.yaml`` (and ``overrides``)."""
+
+    def stage(collection: Collection, work: Path) -> dict:
+        import os
+        import time
+
+        cache = work / f"encoded-{method}"
+        shutil.rmtree(cache, ignore_errors=True)
+        os.environ["RETRIEVAL_ZOO_CACHE"] = str(cache)  # this stage's process only
+        model, index = composed("method", method, *overrides, also=("index",))
+        cuda = torch.cuda.is_available()
+        make_trainer = partial(L.Trainer, accelerator="gpu" if cuda else "cpu", devices=1, logger=False,
+                               precision="bf16-mixed" if cuda else "32-true", enable_progress_bar=False)  # fmt: skip
+        started = time.perf_counter()
+        shards = CorpusShards(corpus_ids(collection.corpus), SHARD_SIZE, cache / "encoded")
+        predict_shards(model, shards, index.doc_encoder(model, collection, BM25(collection)), make_trainer)
+        seconds = time.perf_counter() - started
+        disk = sum(path.stat().st_size for path in (cache / "encoded").rglob("*") if path.is_file())
+        figures = {"seconds": seconds, "docs_per_s": len(collection.corpus) / seconds, "disk": disk}
+        return figures | ({"peak_gpu": torch.cuda.max_memory_allocated()} if cuda else {})
+
+    return stage
+
+
+STAGES = {"encode_dense": encoding("dense", "backbone=bert_base_random"), "encode_splade": encoding("dlr_splade")}
