@@ -15,7 +15,9 @@ harness's figures a stage reports ``docs_per_s`` and, on CUDA, ``peak_gpu`` (the
 
 from __future__ import annotations
 
+import os
 import shutil
+import time
 from functools import partial
 from pathlib import Path
 
@@ -36,9 +38,6 @@ def encoding(method: str, *overrides: str):
     """The stage encoding the corpus with ``conf/method/<method>.yaml`` (and ``overrides``)."""
 
     def stage(collection: Collection, work: Path) -> dict:
-        import os
-        import time
-
         cache = work / f"encoded-{method}"
         shutil.rmtree(cache, ignore_errors=True)
         os.environ["RETRIEVAL_ZOO_CACHE"] = str(cache)  # this stage's process only
