@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import time
 from functools import partial
 from pathlib import Path
 
@@ -31,13 +30,13 @@ from retrieval_zoo.encoding.corpus import predict_shards
 from retrieval_zoo.index.shards import CorpusShards
 from retrieval_zoo.lexical.lucene_bm25 import BM25
 
-SHARD_SIZE = 4096
-
 
 def encoding(method: str, *overrides: str):
     """The stage encoding the corpus with ``conf/method/<method>.yaml`` (and ``overrides``)."""
 
     def stage(collection: Collection, work: Path) -> dict:
+        from benchmarks.scale_stages import SHARD_SIZE, folder_bytes, timed  # it imports this module's stages
+
         cache = work / f"encoded-{method}"
         shutil.rmtree(cache, ignore_errors=True)
         os.environ["RETRIEVAL_ZOO_CACHE"] = str(cache)  # this stage's process only
@@ -45,12 +44,17 @@ def encoding(method: str, *overrides: str):
         cuda = torch.cuda.is_available()
         make_trainer = partial(L.Trainer, accelerator="gpu" if cuda else "cpu", devices=1, logger=False,
                                precision="bf16-mixed" if cuda else "32-true", enable_progress_bar=False)  # fmt: skip
-        started = time.perf_counter()
-        shards = CorpusShards(corpus_ids(collection.corpus), SHARD_SIZE, cache / "encoded")
-        predict_shards(model, shards, index.doc_encoder(model, collection, BM25(collection)), make_trainer)
-        seconds = time.perf_counter() - started
-        disk = sum(path.stat().st_size for path in (cache / "encoded").rglob("*") if path.is_file())
-        figures = {"seconds": seconds, "docs_per_s": len(collection.corpus) / seconds, "disk": disk}
+
+        def encode() -> None:
+            shards = CorpusShards(corpus_ids(collection.corpus), SHARD_SIZE, cache / "encoded")
+            predict_shards(model, shards, index.doc_encoder(model, collection, BM25(collection)), make_trainer)
+
+        _, seconds = timed(encode)
+        figures = {
+            "seconds": seconds,
+            "docs_per_s": len(collection.corpus) / seconds,
+            "disk": folder_bytes(cache / "encoded"),
+        }
         return figures | ({"peak_gpu": torch.cuda.max_memory_allocated()} if cuda else {})
 
     return stage

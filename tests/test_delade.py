@@ -110,7 +110,7 @@ def test_the_accelerators_fused_encoding_gives_the_vectors_to_float32_rounding(m
     with torch.no_grad():
         expected = delade_vectors(logits, hidden, mask, weight)  # the CPU's path
         if chunk_rows:
-            monkeypatch.setattr("retrieval_zoo.lexical.delade_vectors.DEVICE_CHUNK_BYTES", chunk_rows * 7 * 40 * 4)
+            monkeypatch.setattr("retrieval_zoo.lexical.delade_vectors.CPU_CHUNK_BYTES", chunk_rows * 7 * 40 * 4)
         weights = torch.nn.functional.pad(weight(hidden[:, 1:]).squeeze(-1), (1, 0))
         real = mask != 0
         real[:, 0] = False

@@ -96,7 +96,7 @@ def fused_best_candidates(logits: torch.Tensor, weights: torch.Tensor, real: tor
     holds) keeps :func:`best_candidates`.
     """
     padding = padding_bias(real, torch.float32)
-    step = max(1, DEVICE_CHUNK_BYTES // max(1, logits.shape[1:].numel() * 4))  # a chunk's float32 probabilities
+    step = rows_per_chunk(logits, element_size=4)  # a chunk's float32 probabilities
     bests = []
     for start in range(0, max(len(logits), 1), step):
         rows = slice(start, start + step)
@@ -146,8 +146,11 @@ def log_normalisers(z: torch.Tensor, scratch: torch.Tensor) -> torch.Tensor:
     return torch.sub(z, maxima, out=scratch).exp_().sum(dim=-1, keepdim=True).log_().add_(maxima)
 
 
-def rows_per_chunk(z: torch.Tensor) -> int:
+def rows_per_chunk(z: torch.Tensor, element_size: int | None = None) -> int:
     """Rows of ``z`` (B, L, V) to reduce at a time: those that fit the device's chunk budget, at least one.
+
+    ``element_size`` is the bytes of an element of a chunk's tensors, ``z``'s by default (the fused encoding's float32
+    probabilities of bf16 logits: 4).
 
     The chunk's scratch tensor (its exponentials, then its candidates) is the forward's only (B, L, V) allocation
     besides the kept probabilities. On a CPU a chunk stays under glibc's largest mmap threshold (32 MiB), so it
@@ -158,4 +161,4 @@ def rows_per_chunk(z: torch.Tensor) -> int:
     if len(z) == 0:
         return 1
     budget = CPU_CHUNK_BYTES if z.device.type == "cpu" else DEVICE_CHUNK_BYTES
-    return max(1, budget // max(1, z[0].numel() * z.element_size()))
+    return max(1, budget // max(1, z[0].numel() * (element_size or z.element_size())))
