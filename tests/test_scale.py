@@ -59,16 +59,42 @@ def test_growth_exponent_and_projection_worked_by_hand(capsys) -> None:
     assert "exit 1" in gip
 
 
+CHILD = """
+import sys
+import numpy as np
+print("imported", flush=True)
+sys.stdin.readline()
+mapped = np.load(sys.argv[1], mmap_mode="r")
+print(float(mapped.sum()), flush=True)  # reads every page: resident, but file-backed
+sys.stdin.readline()
+"""
+
+
 def test_a_process_trees_memory_counts_its_children_and_tells_file_pages_apart(tmp_path) -> None:
+    import subprocess
+    import sys
+
     import numpy as np
 
-    alone, anonymous = scale.tree_rss(os.getpid())
-    assert alone > 10 * 2**20 and 0 < anonymous < alone  # this Python process, torch imported; its libraries are files
-    assert scale.tree_rss(os.getppid())[0] >= alone  # the parent's tree holds this process
+    # The pages are watched in a quiet child: this process's own anonymous memory moves with whatever earlier tests
+    # left running in it (a JVM, loader threads).
     np.save(tmp_path / "a.npy", np.ones(64 * 2**20 // 8))
-    mapped = np.load(tmp_path / "a.npy", mmap_mode="r")
-    float(mapped.sum())  # reads every page: resident, but file-backed
-    resident, anon = scale.tree_rss(os.getpid())
+    stdio = {"stdin": subprocess.PIPE, "stdout": subprocess.PIPE, "text": True}
+    with subprocess.Popen([sys.executable, "-c", CHILD, str(tmp_path / "a.npy")], **stdio) as child:
+        assert child.stdin is not None and child.stdout is not None
+        assert child.stdout.readline() == "imported\n"
+        alone, anonymous = scale.tree_rss(child.pid)
+        assert alone > 10 * 2**20 and 0 < anonymous < alone  # Python with numpy; its libraries are files
+        tree = scale.tree_rss(os.getpid())[0]
+        own = int(Path("/proc/self/statm").read_text().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+        assert tree - own > alone // 2  # this process's tree holds the child
+        child.stdin.write("\n")
+        child.stdin.flush()
+        assert float(child.stdout.readline()) == 64 * 2**20 // 8
+        resident, anon = scale.tree_rss(child.pid)
+        child.stdin.write("\n")
+        child.stdin.flush()
+    assert child.returncode == 0
     assert resident - alone > 48 * 2**20 and anon - anonymous < 16 * 2**20
 
 
