@@ -1,5 +1,6 @@
 import json
 import os
+from pathlib import Path
 
 import pytest
 
@@ -72,6 +73,29 @@ def test_term_weights_sum_to_the_pair_score(tiny, tiny_bm25) -> None:
     assert distinct == pytest.approx(sum(weights.get(t, 0.0) for t in set(terms)), rel=1e-5)
 
 
+def test_term_weights_from_term_vectors_are_the_per_term_searchs_bit_for_bit(tiny, tiny_bm25, tmp_path) -> None:
+    from retrieval_zoo.data.collections import Collection
+    from retrieval_zoo.lexical import lucene_ops
+    from retrieval_zoo.lexical.java import LuceneWorker
+    from retrieval_zoo.lexical.lucene_bm25 import BM25
+
+    def both(index: Path, k1: float, b: float, docids: list[str], saturation_only: bool) -> tuple[list, list]:
+        args = (str(index), k1, b, docids, saturation_only)
+        fast = LuceneWorker.call(lucene_ops.document_term_weights, *args)
+        return fast, LuceneWorker.call(lucene_ops.document_term_weights_by_search, *args)
+
+    docids = [*tiny.corpus, "no-such-doc"]
+    for k1, b, saturation_only in ((0.9, 0.4, False), (0.9, 0.4, True), (1.2, 0.75, False)):
+        fast, reference = both(tiny_bm25.index_dir, k1, b, docids, saturation_only)
+        assert fast == reference and fast[-1] is None  # == on floats: the same values, not close ones
+        assert len({w for bag in fast[:-1] for w in bag.values()}) > 1000
+    # Terms with commas, dots and "=" (the term vector crosses as text), a document of stopwords only, repeats.
+    texts = {"odd": "1,000 dollars = m.a.r. a=b x==y 3.14 U.S.A. café", "stop": "the of and to", "many": "run " * 300}
+    odd = BM25(Collection("odd", texts | {"plain": "a plain text about dollars"}, {}, {}), cache_dir=str(tmp_path))
+    fast, reference = both(odd.index_dir, 0.9, 0.4, [*texts, "plain"], True)
+    assert fast == reference and fast[1] == {} and "1,000" in fast[0] and len(fast[2]) == 1
+
+
 def test_a_cache_that_does_not_match_the_collection_is_an_error(tiny, tiny_bm25) -> None:
     import json
 
@@ -131,7 +155,7 @@ def test_a_damaged_cached_run_or_index_is_rebuilt_with_a_message(tiny, tmp_path,
     monkeypatch.setattr("retrieval_zoo.lexical.lucene_bm25.FEW_QUERIES", 0)  # SearchCollection's run files
     from retrieval_zoo.lexical.lucene_bm25 import BM25
 
-    bm25 = BM25(tiny, threads=2, cache_dir=tmp_path)
+    bm25 = BM25(tiny, threads=2, cache_dir=str(tmp_path))
     queries = dict(list(tiny.judged_queries("dev").items())[:5])
     expected = bm25.search(queries, k=5)
     (run_file,) = (tmp_path / "bm25" / "runs").glob("run-k5-*.trec.gz")
@@ -140,7 +164,7 @@ def test_a_damaged_cached_run_or_index_is_rebuilt_with_a_message(tiny, tmp_path,
     assert "is damaged" in capsys.readouterr().out
     ready = bm25.index_dir / "ready.json"
     ready.write_text('{"documents": 4')
-    again = BM25(tiny, threads=2, cache_dir=tmp_path)
+    again = BM25(tiny, threads=2, cache_dir=str(tmp_path))
     assert again.index_dir == bm25.index_dir and json.loads(ready.read_text())["documents"] == len(tiny.corpus)
     assert "building the index again" in capsys.readouterr().out
 
@@ -148,11 +172,11 @@ def test_a_damaged_cached_run_or_index_is_rebuilt_with_a_message(tiny, tmp_path,
 def test_a_truncated_lucene_file_is_found_and_the_index_rebuilt(tiny, tmp_path, capsys) -> None:
     from retrieval_zoo.lexical.lucene_bm25 import BM25
 
-    index = BM25(tiny, threads=2, cache_dir=tmp_path).index_dir
+    index = BM25(tiny, threads=2, cache_dir=str(tmp_path)).index_dir
     segment = max((f for f in index.iterdir() if f.name != "ready.json"), key=lambda f: f.stat().st_size)
     segment.write_bytes(segment.read_bytes()[:-10])
     queries = dict(list(tiny.judged_queries("dev").items())[:3])
-    run = BM25(tiny, threads=2, cache_dir=tmp_path).search(queries, k=5)
+    run = BM25(tiny, threads=2, cache_dir=str(tmp_path)).search(queries, k=5)
     assert "is missing or not the size the build wrote" in capsys.readouterr().out and len(run) == 3
 
 

@@ -2,9 +2,9 @@
 
 RoC's d_bm25 (Eq. 3: each analysed term's TF saturation, whose inner product with the query's IDF vector is BM25)
 or the full BM25 weights, for every document: what ``dlr_bm25`` and ``dhr_bm25_dense`` index. Lucene gives them one
-document at a time (:meth:`BM25.document_term_weights`), about 1,000 a second, so the corpus is read in parts of
-``PART`` documents, each written to the cache as soon as it is done (a killed build resumes at the next part), with
-its own sorted vocabulary. Joined, each term's column is its position in the sorted union of the parts'
+document at a time (:meth:`BM25.document_term_weights`, from each document's term vector), so the corpus is read in
+parts of ``PART`` documents, each written to the cache as soon as it is done (a killed build resumes at the next
+part), with its own sorted vocabulary. Joined, each term's column is its position in the sorted union of the parts'
 vocabularies: the corpus's analysed vocabulary, as a dict of every document's bag gave it. The joined arrays are
 cached beside the parts (which are then removed), keyed by the corpus, the index format and (k1, b), and read
 back by memory map.

@@ -13,6 +13,7 @@ import numpy as np
 from tqdm import tqdm
 
 from retrieval_zoo.lexical.java import pyserini_lucene
+from retrieval_zoo.lexical.lucene_weights import TermWeights
 
 BOOLEAN_OCCUR = "org.apache.lucene.search.BooleanClause$Occur"
 MAX_QUERY_TERMS = 1 << 20  # Lucene's default of 1,024 clauses is fewer than a DeLADE query's terms
@@ -129,22 +130,28 @@ def document_term_weights(
     """Per document: analysed term → BM25 weight (IDF × TF saturation); None for an unknown docid.
 
     With ``saturation_only``, the TF saturation alone: the weight divided by the term's IDF, which keeps Lucene's
-    quantised length norm exactly.
+    quantised length norm exactly. From each document's term vector (:class:`TermWeights`), the same numbers as
+    :func:`document_term_weights_by_search`.
     """
+    return TermWeights(_reader(index_dir), k1, b).documents(docids, saturation_only)
+
+
+def document_term_weights_by_search(
+    index_dir: str, k1: float, b: float, docids: list[str], saturation_only: bool = False
+) -> list[dict[str, float] | None]:
+    """:func:`document_term_weights` as pyserini gives it, one Lucene search a (document, term): the reference."""
     reader = _reader(index_dir)
     n_docs = reader.stats()["documents"]
     weight = reader.compute_bm25_term_weight
     out: list[dict[str, float] | None] = []
-    for docid in tqdm(docids, desc="bm25 doc vectors", leave=False, mininterval=5):
+    for docid in docids:
         vector = reader.get_document_vector(docid)
         if vector is None:
             out.append(None)
             continue
         weights = {t: float(weight(docid, t, analyzer=None, k1=k1, b=b)) for t in vector}
-        weights = {t: w for t, w in weights.items() if w > 0}  # terms Lucene gives no weight add nothing to BM25
-        if saturation_only:
-            weights = {t: _saturation(reader, t, n_docs, w, docid) for t, w in weights.items()}
-        out.append(weights)
+        weights = {t: w for t, w in weights.items() if w > 0}
+        out.append({t: w / _idf(reader, t, n_docs) for t, w in weights.items()} if saturation_only else weights)
     return out
 
 
@@ -167,14 +174,6 @@ def _idf(reader: Any, term: str, n_docs: int) -> float:
     """Lucene's BM25 IDF of an analysed term: log(1 + (N − df + 0.5)/(df + 0.5)); 0 when df = 0."""
     df = _document_frequency(reader, term)
     return math.log(1 + (n_docs - df + 0.5) / (df + 0.5)) if df > 0 else 0.0
-
-
-def _saturation(reader: Any, term: str, n_docs: int, weight: float, docid: str) -> float:
-    """TF saturation = BM25 weight / IDF of a term with a positive weight."""
-    idf = _idf(reader, term, n_docs)
-    if idf <= 0:
-        raise ValueError(f"document {docid!r}: term {term!r} has BM25 weight {weight} but no document frequency")
-    return weight / idf
 
 
 def query_idf(index_dir: str, texts: list[str]) -> list[dict[str, float]]:
