@@ -36,14 +36,11 @@ class TermWeights:
         _, _, autoclass = pyserini_lucene()
         from jnius import JavaException, cast
 
-        self.java_exception = JavaException
-
-        self.reader = reader
+        self.java_exception, self.reader = JavaException, reader
         self.lucene = cast("org.apache.lucene.index.IndexReader", reader.reader)
-        searcher = autoclass("org.apache.lucene.search.IndexSearcher")(self.lucene)
-        self.searcher = searcher
+        self.searcher = autoclass("org.apache.lucene.search.IndexSearcher")(self.lucene)
         self.similarity = autoclass("org.apache.lucene.search.similarities.BM25Similarity")(k1, b)
-        self.collection = searcher.collectionStatistics(FIELD)
+        self.collection = self.searcher.collectionStatistics(FIELD)
         self.make_term = autoclass("org.apache.lucene.index.Term")
         self.small_float = autoclass("org.apache.lucene.util.SmallFloat")
         self.n_docs = reader.stats()["documents"]
