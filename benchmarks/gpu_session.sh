@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One lent GPU machine's measurements (../shared/GPU.md), run from the repository root there:
 #   bash benchmarks/gpu_session.sh STAGE...   STAGE: check, bf16, e2e, compiled, syncs, recheck, csurf_shapes,
-#                                             csurf_precision, recipes, profile, scale
+#                                             grounding, csurf_precision, recipes, profile, scale
 # Needs .gpu/ prepared on a machine with the package index and Java (benchmarks/gpu_prepare.sh). Each stage writes
 # its log under $OUT (or /tmp/gpu_out) as it runs, so a command stopped at its limit still returns what it measured.
 set -uo pipefail
@@ -63,6 +63,8 @@ for stage in "$@"; do
           --methods csurf --override method.step_shapes=$shapes --repeat 3 --queries 0 --docs 256 --fixed-cost 2>&1 \
           | tee "$out/csurf_$shapes.log" | tr '\r' '\n' | grep -E "$table|^syncs"
       done ;;
+    grounding)  # CSurF's forms grounded on their source vectors: a gather of rows against the one-hot product
+      python3 -m benchmarks.csf_grounding --device cuda 2>&1 | tee "$out/grounding.log" | grep -E "$table" ;;
     csurf_precision)  # |C^d| and MRR@10 in each precision over ${SEEDS}: a seed's spread is as wide as the gap
       for precision in bf16-mixed 32-true; do
         start=$(date +%s)

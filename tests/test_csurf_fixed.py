@@ -8,8 +8,9 @@ import torch.nn.functional as F
 
 from benchmarks.common import small_bags
 from retrieval_zoo.encoding.backbones import TinyRandomBackbone
+from retrieval_zoo.lexical import csf_fixed
 from retrieval_zoo.lexical.csf_bags import Postings, max_sum_scores
-from retrieval_zoo.lexical.csf_fixed import fixed_max_sum_scores
+from retrieval_zoo.lexical.csf_fixed import fixed_max_sum_scores, source_rows
 from retrieval_zoo.lexical.csf_texts import TextCsfs, csf_texts
 from retrieval_zoo.lexical.splade import max_pooled_logits
 from retrieval_zoo.methods.csurf import CSurF
@@ -69,9 +70,13 @@ def encoded(count: int, length: int, kept: str, similarity: str | None, generato
     return csfs, [maxima, own] + ([raw] if similarity else [])
 
 
-@pytest.mark.parametrize(("kept", "similarity"), itertools.product(["both", "original", "expansion"],
-                                                                  ["cosine", "dot", None]))  # fmt: skip
-def test_fixed_shapes_give_the_listed_pairs_scores_and_gradients(kept: str, similarity: str | None) -> None:
+@pytest.mark.parametrize(
+    ("kept", "similarity", "by_product"),
+    itertools.product(["both", "original", "expansion"], ["cosine", "dot", None], [False, True]),
+)
+def test_fixed_shapes_give_the_listed_pairs_scores_and_gradients(kept: str, similarity: str | None, by_product: bool,
+                                                                 monkeypatch) -> None:  # fmt: skip
+    monkeypatch.setattr(csf_fixed, "grounds_by_product", lambda vectors: by_product)  # a GPU's grounding, here too
     generator = torch.Generator().manual_seed(0)
     query, query_leaves = encoded(3, 6, kept, similarity, generator)
     docs, doc_leaves = encoded(5, 9, kept, similarity, generator)
@@ -93,6 +98,24 @@ def test_fixed_shapes_give_the_listed_pairs_scores_and_gradients(kept: str, simi
         for got, want in zip(gradients(fixed), grads, strict=True):
             assert torch.allclose(got, want, rtol=0, atol=float32_rounding(15 * 4) * scale)
     assert listed.detach().abs().max() > 0 and scale > 0
+
+
+def test_source_rows_are_the_gathered_vectors_and_their_gradient_the_summed_rows() -> None:
+    generator = torch.Generator().manual_seed(0)
+    vectors = torch.randn(3, 7, 4, generator=generator, requires_grad=True)
+    sources = torch.randint(0, 7, (3, 50), generator=generator)
+    upstream = torch.randn(3, 50, 4, generator=generator)
+    gathered = vectors[torch.arange(3).unsqueeze(1), sources]  # (3, 50, 4)
+    (want,) = torch.autograd.grad((gathered * upstream).sum(), vectors)
+    # each position's gradient sums the rows grounded on it (at most 50), in another order
+    bound = float32_rounding(50) * torch.zeros_like(want).index_put_(
+        (torch.arange(3).unsqueeze(1).expand(-1, 50), sources), upstream.abs(), accumulate=True
+    )
+    for values in (1 << 26, 2 * 50 * 7, 1):  # every text at once; two texts a chunk, then one
+        rows = source_rows(vectors, sources, values)
+        assert torch.equal(rows, gathered)  # one vector times 1, plus zeros: exact
+        (got,) = torch.autograd.grad((rows * upstream).sum(), vectors)
+        assert (got - want).abs().le(bound).all() and not torch.equal(want, torch.zeros_like(want))
 
 
 def test_pooled_projection_fixed_backward_equals_the_sparse_one() -> None:
