@@ -85,7 +85,7 @@ def test_term_weights_from_term_vectors_are_the_per_term_searchs_bit_for_bit(tin
         return fast, LuceneWorker.call(lucene_ops.document_term_weights_by_search, *args)
 
     docids = [*tiny.corpus, "no-such-doc"]
-    for k1, b, saturation_only in ((0.9, 0.4, False), (0.9, 0.4, True), (1.2, 0.75, False)):
+    for k1, b, saturation_only in ((0.9, 0.4, False), (1.2, 0.75, True)):
         fast, reference = both(tiny_bm25.index_dir, k1, b, docids, saturation_only)
         assert fast == reference and fast[-1] is None  # == on floats: the same values, not close ones
         assert len({w for bag in fast[:-1] for w in bag.values()}) > 1000
