@@ -1,9 +1,10 @@
 """CSurF's grounding of each form on its source vector, forward and backward: a gather of rows or a one-hot product.
 
 ``lexical/csf_fixed.py`` reads v_{s_t} for every form t of every text, (|V|, T, dv) from (T, L, dv) vectors. A gather
-of rows (``take_rows``: on a GPU, indexing, whose backward is torch's deterministic, sorting scatter) against the
-product of the sources' one-hot matrix and the vectors (``source_rows``, whose backward is another product), side by
-side at a training step's sizes: the queries (32 texts of 32 positions) and the documents of one block (64 of 128).
+of rows (``gathered_source_rows``: on a GPU, indexing, whose backward is torch's deterministic, sorting scatter)
+against the product of the sources' one-hot matrix and the vectors (``source_rows``, whose backward is another
+product), side by side at a training step's sizes: the queries (32 texts of 32 positions) and the documents of one
+block (64 of 128).
 The ratio is product ÷ gather: below 1 where the product pays (``grounds_by_product`` takes it off a CPU).
 
     python -m benchmarks.csf_grounding --device cuda
@@ -17,15 +18,12 @@ from functools import partial
 import torch
 
 from benchmarks.common import header, side_by_side, synced
-from retrieval_zoo.lexical.csf_fixed import source_rows
-from retrieval_zoo.rows import take_rows
+from retrieval_zoo.lexical.csf_fixed import gathered_source_rows, source_rows
 
 
-def gathered(vectors: torch.Tensor, sources: torch.Tensor) -> torch.Tensor:
-    """(T, |V|, dv) ``vectors[t, sources[t, v]]`` by a gather of rows, as ``csf_fixed`` does on a CPU."""
-    count, length = sources.shape[0], vectors.shape[1]
-    rows = torch.arange(count, device=sources.device).unsqueeze(1) * length + sources
-    return take_rows(vectors.flatten(0, 1), rows.flatten()).view(count, sources.shape[1], -1)
+def by_product(vectors: torch.Tensor, sources: torch.Tensor) -> torch.Tensor:
+    """(|V|, T, dv) by the one-hot product, in the layout ``csf_fixed`` reads."""
+    return source_rows(vectors, sources).transpose(0, 1)
 
 
 def step(ground: object, vectors: torch.Tensor, sources: torch.Tensor, upstream: torch.Tensor) -> tuple:
@@ -51,9 +49,12 @@ def main() -> None:
     for texts, length in ((32, 32), (64, 128)):
         vectors = torch.rand(texts, length, args.dim, device=device, dtype=dtype, generator=generator)
         sources = torch.randint(0, length, (texts, args.vocab), device=device, generator=generator)
-        upstream = torch.rand(texts, args.vocab, args.dim, device=device, dtype=dtype, generator=generator)
+        upstream = torch.rand(args.vocab, texts, args.dim, device=device, dtype=dtype, generator=generator)
         inputs = (vectors.requires_grad_(True), sources, upstream)
-        grounds = {"gather": partial(step, gathered, *inputs), "product": partial(step, source_rows, *inputs)}
+        grounds = {
+            "gather": partial(step, gathered_source_rows, *inputs),
+            "product": partial(step, by_product, *inputs),
+        }
         timings = side_by_side({name: synced(fn) for name, fn in grounds.items()}, repeat=args.repeat)
         (rows_g, grad_g), (rows_p, grad_p) = grounds["gather"](), grounds["product"]()
         rows_g, rows_p = rows_g.detach(), rows_p.detach()

@@ -97,10 +97,14 @@ def _grounded(texts: TextCsfs) -> torch.Tensor:
     assert texts.vectors is not None
     if grounds_by_product(texts.vectors):
         return source_rows(texts.vectors, texts.sources).transpose(0, 1)
-    count, length = texts.ids.shape
-    rows = torch.arange(count, device=texts.ids.device).unsqueeze(1) * length + texts.sources
-    vectors = take_rows(texts.vectors.flatten(0, 1), rows.T.flatten())
-    return vectors.view(texts.sources.shape[1], count, -1)
+    return gathered_source_rows(texts.vectors, texts.sources)
+
+
+def gathered_source_rows(vectors: torch.Tensor, sources: torch.Tensor) -> torch.Tensor:
+    """(T, L, dv) vectors and (T, |V|) source positions → (|V|, T, dv) ``vectors[t, sources[t, v]]``, gathered."""
+    count, length = sources.shape[0], vectors.shape[1]
+    rows = torch.arange(count, device=sources.device).unsqueeze(1) * length + sources
+    return take_rows(vectors.flatten(0, 1), rows.T.flatten()).view(sources.shape[1], count, -1)
 
 
 def grounds_by_product(vectors: torch.Tensor) -> bool:

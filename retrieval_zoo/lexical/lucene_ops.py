@@ -5,7 +5,6 @@ Every function takes and returns plain picklable values; index readers are opene
 
 from __future__ import annotations
 
-import math
 from functools import cache
 from typing import Any
 
@@ -13,7 +12,7 @@ import numpy as np
 from tqdm import tqdm
 
 from retrieval_zoo.lexical.java import pyserini_lucene
-from retrieval_zoo.lexical.lucene_weights import TermWeights
+from retrieval_zoo.lexical.lucene_weights import TermWeights, bm25_idf
 
 BOOLEAN_OCCUR = "org.apache.lucene.search.BooleanClause$Occur"
 MAX_QUERY_TERMS = 1 << 20  # Lucene's default of 1,024 clauses is fewer than a DeLADE query's terms
@@ -173,7 +172,7 @@ def _document_frequency(reader: Any, term: str) -> int:
 def _idf(reader: Any, term: str, n_docs: int) -> float:
     """Lucene's BM25 IDF of an analysed term: log(1 + (N − df + 0.5)/(df + 0.5)); 0 when df = 0."""
     df = _document_frequency(reader, term)
-    return math.log(1 + (n_docs - df + 0.5) / (df + 0.5)) if df > 0 else 0.0
+    return bm25_idf(n_docs, df) if df > 0 else 0.0
 
 
 def query_idf(index_dir: str, texts: list[str]) -> list[dict[str, float]]:

@@ -28,6 +28,11 @@ from retrieval_zoo.lexical.java import pyserini_lucene
 FIELD = "contents"
 
 
+def bm25_idf(n_docs: int, df: int) -> float:
+    """Lucene's BM25 IDF in double: log(1 + (N − df + 0.5)/(df + 0.5)), for a term of document frequency df > 0."""
+    return math.log(1 + (n_docs - df + 0.5) / (df + 0.5))
+
+
 class TermWeights:
     """BM25 weights of analysed terms in documents of one index, for one (k1, b); term statistics read once each."""
 
@@ -85,7 +90,7 @@ class TermWeights:
             statistics = self.searcher.termStatistics(java_term, df, df)  # BM25 reads no total term frequency
             scorer = self.similarity.scorer(1.0, self.collection, statistics)
             self.lucene_idf[df] = scorer.score(math.inf, 1)  # w − w / (1 + ∞) = w: the scorer's own, Java's log
-        return self.lucene_idf[df], math.log(1 + (self.n_docs - df + 0.5) / (df + 0.5))
+        return self.lucene_idf[df], bm25_idf(self.n_docs, df)
 
     def documents(self, docids: list[str], saturation_only: bool) -> list[dict[str, float] | None]:
         """Per document: analysed term → BM25 weight (or TF saturation, the weight / IDF); None for an unknown id."""
