@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 
 from benchmarks import scale
-from benchmarks.scale_stages import load
+from benchmarks.scale_stages import load, msmarco_share
 from benchmarks.synthetic import MINIMUM, synthesize
 
 
@@ -40,6 +40,20 @@ def test_the_same_size_and_seed_give_the_same_files(synthetic, tmp_path) -> None
     again = synthesize(60_000, tmp_path / "again")
     for name in ("collection.tsv", "queries.train.tsv", "qrels.train.tsv"):
         assert (again / name).read_bytes() == (synthetic / name).read_bytes(), name
+
+
+def test_the_datamodule_stage_trains_on_msmarcos_share_of_queries_a_document(synthetic) -> None:
+    collection = load(synthetic)
+    train = collection.judged_queries("train")
+    shared = msmarco_share(collection)
+    kept = shared.judged_queries("train")
+    assert len(kept) == round(60_000 * 502_939 / 8_841_823) == 3_413  # MS MARCO's 0.057 a passage, not 0.97
+    assert list(kept) == [qid for qid in train if qid in kept]  # a sample, in the qrels' order
+    assert all(shared.qrels["train"][q] == collection.qrels["train"][q] and kept[q] == train[q] for q in kept)
+    assert set(shared.queries["train"]) == set(kept) and shared.queries["dev"] == collection.queries["dev"]
+    assert len(collection.judged_queries("train")) == len(train)  # the collection itself is left whole
+    assert list(msmarco_share(collection).judged_queries("train")) == list(kept)  # seeded
+    assert list(msmarco_share(collection, seed=1).judged_queries("train")) != list(kept)
 
 
 def test_too_small_a_corpus_is_refused(tmp_path) -> None:
