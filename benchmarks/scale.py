@@ -8,8 +8,9 @@ memory-mapped arrays they read, which the kernel can drop):
 
 - ``collection``: reading the TSV files into the project's collection (every stage below starts with it);
 - ``bm25``: the Lucene BM25 index (Anserini), then the 1,200 dev queries at k = 1000;
-- ``datamodule``: the DataModule's setup for CLEAR's recipe (BM25 top 1,000 of every training query as the pool,
-  BM25 scores of the sampled pairs), over the bm25 stage's index;
+- ``datamodule``: the DataModule's setup for CLEAR's recipe (BM25 top 1,000 of each training query as the pool,
+  BM25 scores of the sampled pairs, token caches) on MS MARCO's share of training queries a document, over the bm25
+  stage's index;
 - ``shards``: BM25's document vectors (``method=dlr_bm25``) encoded into shards on disk, which the term-weight
   families below index: ``sparse`` (exact), ``gip`` (DLR, 768 slices, approximate GIP), ``bmp``, ``lucene_impact``,
   ``seismic``;
