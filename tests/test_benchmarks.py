@@ -73,6 +73,17 @@ def test_corpus_memory_builds_opens_and_reads_a_small_synthetic_corpus(monkeypat
     assert len(lines) == 3000 and lines[7].startswith("7\t") and len(lines[7].split("\t")[1].split()) == 56
 
 
+def test_run_reading_times_each_part_on_a_synthetic_run_read_back_whole(monkeypatch, capsys) -> None:
+    from benchmarks import run_reading
+
+    monkeypatch.setattr("sys.argv", ["x", "--queries", "20", "--depth", "50", "--docs", "2000"])
+    run_reading.main()
+    out = capsys.readouterr().out
+    parts = [line.split("|")[1].strip() for line in out.splitlines() if line.startswith("| ") and "part" not in line]
+    assert parts == ["split into fields", "ids, sorted keys (IdIndex.rows)", "ids, unsorted keys", "scores"]
+    assert "One block of 1,000 lines" in out and "The whole run, 1,000 lines over 2,000 ids" in out
+
+
 def test_pool_agreement_ranks_epochs_by_hand_and_refuses_runs_that_trained_differently(tmp_path, capsys) -> None:
     import sys
 

@@ -43,6 +43,15 @@ def test_id_index_maps_ids_to_corpus_rows_and_back() -> None:
     ]  # longer and shorter ids: no prefix match
 
 
+def test_id_index_looks_up_many_ids_in_any_order() -> None:  # past 64 ids the keys are sorted before the search
+    rng = random.Random(0)
+    ids = [f"d{i}" for i in rng.sample(range(10_000), 500)]
+    wanted = [rng.choice(ids) if rng.random() < 0.8 else f"x{i}" for i in range(300)]  # repeats and unknown ids
+    expected = [ids.index(w) if w in ids else -1 for w in wanted]
+    assert IdIndex(ids).rows(wanted).tolist() == expected and IdIndex(ids).rows(wanted[:50]).tolist() == expected[:50]
+    assert IdIndex([]).rows(wanted).tolist() == [-1] * 300
+
+
 def test_interleaved_queries_are_ranked_as_trec_eval_ranks_them_and_cut(tmp_path: Path) -> None:
     rng = random.Random(0)
     docs = IdIndex([f"d{i}" for i in range(40)])
@@ -71,6 +80,11 @@ def test_interleaved_queries_are_ranked_as_trec_eval_ranks_them_and_cut(tmp_path
 def test_every_bad_line_is_named_across_blocks(tmp_path: Path, content: str, line: int, problem: str) -> None:
     with pytest.raises(FormatError, match=f"run.trec:{line}: .*{problem}"):
         read(tmp_path, content, ["q1", "q2"], IdIndex(["d1", "d2", "d3"]))
+
+
+def test_a_short_line_and_a_long_one_in_one_block_are_still_named(tmp_path: Path) -> None:
+    with pytest.raises(FormatError, match="run.trec:2: expected 6 fields, found 5"):  # 5 + 7 fields: 12, as 2 × 6
+        read(tmp_path, "q1 Q0 d1 1 1.0 t\nq1 Q0 d2 1 1.0\nq1 Q0 d3 1 1.0 t x\n", ["q1"], IdIndex(["d1", "d2", "d3"]))
 
 
 def test_a_damaged_gzip_run_is_an_error_naming_the_file(tmp_path: Path) -> None:
