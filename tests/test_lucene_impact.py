@@ -5,6 +5,7 @@ import pytest
 import torch
 
 from retrieval_zoo.index.terms.lucene_impact import LuceneImpact, LuceneImpactRetriever
+from retrieval_zoo.lexical.java import LuceneWorker
 from tests.test_impact import VOCAB, corpus, engine_runs, query_encoder
 
 
@@ -24,6 +25,26 @@ def test_lucene_scores_the_quantized_inner_product_worked_by_hand(tmp_path) -> N
     assert run["q1"]["d0"] == pytest.approx(2.0 * 1.0 + 1.0 * 0.4, rel=0.005)  # near the exact inner product
     assert run["q2"] == {}  # term 3: no document has it, so the query asks nothing
     assert retriever.postings == 6
+
+
+def maps_both_ways(query: dict[str, int]) -> tuple[list, list, str]:
+    """In the JVM worker: the entries of ``term_map(query)`` and of a HashMap filled by a put a term, in order."""
+    from retrieval_zoo.lexical.lucene_ops import pyserini_lucene, term_map
+
+    _, _, autoclass = pyserini_lucene()
+    put = autoclass("java.util.HashMap")()
+    for term, impact in query.items():
+        put.put(term, autoclass("java.lang.Integer")(impact))
+    read = term_map(query)
+    entries = [[(e.getKey(), e.getValue()) for e in m.entrySet().toArray()] for m in (put, read)]
+    return entries[0], entries[1], read.getClass().getName()
+
+
+def test_a_query_crosses_into_java_as_the_same_hash_map_in_one_call() -> None:
+    query = {str(term): (term * 7919) % 1000 + 1 for term in range(1999, 30522, 7)}  # a dense, DeLADE-like query
+    put, read, kind = LuceneWorker.call(maps_both_ways, query)
+    assert read == put and kind == "java.util.HashMap" and dict(read) == query  # same entries, same clause order
+    assert [term for term, _ in read] not in (list(query), sorted(query))  # a hash map's order: compared, not assumed
 
 
 def test_query_impacts_put_the_largest_weight_at_query_levels_and_leave_out_unmatched_terms(tmp_path) -> None:
