@@ -70,8 +70,8 @@ def main() -> None:
         total = args.queries * args.depth
         (Path(scratch) / "rows").mkdir()
         started = time.perf_counter()
-        read_ranked_rows([path], dict.fromkeys(f"Q{q}" for q in range(args.queries)),
-                         [f"Q{q}" for q in range(args.queries)], index, None, Path(scratch) / "rows")  # fmt: skip
+        qids = [f"Q{q}" for q in range(args.queries)]
+        read_ranked_rows([path], dict.fromkeys(qids), qids, index, None, Path(scratch) / "rows")
         seconds = time.perf_counter() - started
         print(f"\nThe whole run, {total:,} lines over {args.docs:,} ids: {seconds:.1f} s, "
               f"{1e6 * seconds / total:.2f} µs a line")  # fmt: skip
