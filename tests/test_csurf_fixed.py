@@ -54,7 +54,7 @@ def test_every_kind_of_pair_scores_as_worked_by_hand(with_vectors: bool) -> None
     assert listed.tolist() == expected
 
 
-def encoded(count: int, length: int, kept: str, similarity: str | None, generator: torch.Generator):
+def encoded(count: int, length: int, kept: str, similarity: str | None, generator: torch.Generator, dim: int = 4):
     """Random texts' CSFs as CSurF makes them, and the leaves they come from (logits, self-projections, vectors)."""
     ids = torch.randint(5, 15, (count, length), generator=generator)  # 10 tokens: forms repeat within and across
     mask = torch.ones(count, length, dtype=torch.bool)
@@ -63,7 +63,7 @@ def encoded(count: int, length: int, kept: str, similarity: str | None, generato
     maxima, sources = logits.max(1)
     maxima = (maxima - 1.0).requires_grad_()  # about a sixth of the forms expand
     own = torch.randn(count, length, generator=generator).requires_grad_()
-    raw = torch.randn(count, length, 4, generator=generator).requires_grad_()
+    raw = torch.randn(count, length, dim, generator=generator).requires_grad_()
     vectors = None if similarity is None else torch.relu(raw)
     vectors = F.normalize(vectors, dim=-1) if similarity == "cosine" else vectors
     csfs = csf_texts(torch.log1p(torch.relu(maxima)), sources, torch.log1p(torch.relu(own)), ids, mask, vectors, kept)
@@ -153,3 +153,16 @@ def test_a_training_step_in_fixed_shapes_gives_the_same_losses_and_gradients(vec
     scale = max(float(g.abs().max()) for g in data_grads)
     for got, want in zip(fixed_grads, data_grads, strict=True):
         assert torch.allclose(got, want, rtol=0, atol=float32_rounding(1000) * scale)
+
+
+def test_the_grounding_products_backward_takes_one_batched_multiply() -> None:
+    # Its gradient comes back with no unit stride; uncopied, a CPU's bmm backward multiplies the |V| = 50 matrices one
+    # at a time, each behind selects of its operands (4 × 8 × 32 products a matrix: under 400, torch loops unseen)
+    generator = torch.Generator().manual_seed(0)
+    query, _ = encoded(4, 6, "both", "dot", generator, dim=32)
+    docs, _ = encoded(8, 9, "both", "dot", generator, dim=32)
+    scores = fixed_max_sum_scores(query, docs)
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as profile:
+        scores.sum().backward()
+    backward_products = [event for event in profile.events() if event.name == "aten::bmm"]
+    assert backward_products and all(len(event.cpu_children) < 10 for event in backward_products)
