@@ -1,9 +1,10 @@
 import math
+import random
 
 import pytest
 
 from retrieval_zoo.data.formats import top_k
-from retrieval_zoo.evaluation.metrics import evaluate, format_table, per_query
+from retrieval_zoo.evaluation.metrics import MEASURES, evaluate, format_table, per_query
 from retrieval_zoo.index.fusion import interpolate, normalize, reciprocal_rank_fusion
 
 
@@ -39,6 +40,17 @@ def test_cutoffs() -> None:
     metrics = evaluate(run, {"q": {"d011": 1, "d120": 1}})
     assert metrics["MRR@10"] == 0.0  # first relevant at rank 12
     assert metrics["R@100"] == pytest.approx(0.5) and metrics["R@1000"] == pytest.approx(1.0)
+
+
+def test_measures_evaluated_together_equal_each_measured_alone() -> None:
+    rng = random.Random(0)  # graded judgements, ties in score, runs longer and shorter than the cutoffs
+    qrels = {f"q{q}": {f"d{d}": rng.choice([0, 1, 2]) for d in rng.sample(range(300), 20)} for q in range(30)}
+    run = {f"q{q}": {f"d{d}": float(rng.randint(0, 40)) for d in rng.sample(range(300), rng.randint(1, 250))}
+           for q in range(25)}  # fmt: skip
+    together = per_query(run, qrels)
+    assert set(together) == set(MEASURES)
+    for name, measure in MEASURES.items():
+        assert together[name] == per_query(run, qrels, {name: measure})[name]
 
 
 def test_no_judged_query_is_an_error() -> None:

@@ -198,9 +198,16 @@ def as_written(run: Run) -> Run:
 def write_run(path: str | Path, run: Run, tag: str = "retrieval_zoo") -> None:
     """Write a TREC run file atomically, queries in id order and documents ranked as trec_eval reads them back."""
     with atomic_path(path) as tmp, open_text(tmp, "w") as f:
-        for qid, docs in sorted(as_written(run).items()):
-            for rank, (docid, score) in enumerate(ranked(docs), start=1):
-                f.write(f"{qid} Q0 {docid} {rank} {score:.{RUN_SCORE_DECIMALS}f} {tag}\n")
+        for qid in sorted(run):
+            # as_written's scores in ranked's order, without building their dicts; a query's lines in one write
+            written = sorted(
+                ((round(score, RUN_SCORE_DECIMALS), docid) for docid, score in run[qid].items()), reverse=True
+            )
+            lines = [
+                f"{qid} Q0 {docid} {rank} {score:.{RUN_SCORE_DECIMALS}f} {tag}\n"
+                for rank, (score, docid) in enumerate(written, start=1)
+            ]
+            f.write("".join(lines))
 
 
 def write_id_text_tsv(path: str | Path, table: Mapping[str, str]) -> None:

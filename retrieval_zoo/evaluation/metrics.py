@@ -37,12 +37,16 @@ def per_query(run: Run, qrels: Qrels, measures: Mapping[str, str] = MEASURES) ->
     qrels = judged(qrels)
     values = {name: dict.fromkeys(qrels, 0.0) for name in measures}
     run = {qid: docs for qid, docs in run.items() if qid in qrels and docs}
+    by_cutoff: dict[str, dict[str, str]] = {}  # one evaluation a cut of the run: handing pytrec_eval the run costs most
     for name, measure in measures.items():
         trec_measure, _, cutoff = measure.partition("@")
+        by_cutoff.setdefault(cutoff, {})[name] = trec_measure
+    for cutoff, names in by_cutoff.items():
         scored = top_k(run, int(cutoff)) if cutoff else run
-        evaluator = pytrec_eval.RelevanceEvaluator(qrels, {trec_measure})
+        evaluator = pytrec_eval.RelevanceEvaluator(qrels, set(names.values()))
         for qid, result in evaluator.evaluate(scored).items():
-            values[name][qid] = float(result[trec_measure])
+            for name, trec_measure in names.items():
+                values[name][qid] = float(result[trec_measure])
     return values
 
 

@@ -8,7 +8,6 @@ the queries, depth and (k1, b) (runs), and written atomically. Every Java call r
 from __future__ import annotations
 
 import gzip
-import itertools
 import json
 import os
 import shutil
@@ -305,15 +304,18 @@ def file_sizes(index: Path) -> dict[str, int]:
 def first_unknown_document(run: Run, docs: IdIndex, chunk: int = 1 << 20) -> tuple[str, str] | None:
     """(query, document) of the first hit of ``run`` whose document ``docs`` does not hold; None when all are known.
 
-    Looked up ``chunk`` hits at a time, one vectorised search each: a dev run at depth 1,000 holds millions of hits,
-    too many to look up one at a time.
+    Each distinct document is looked up once, ``chunk`` at a time, by one vectorised search each: a dev run at depth
+    1,000 holds millions of hits but no more distinct documents than the corpus (10,000 of 1.1M hits on the
+    embedded collection's dev run).
     """
-    hits = ((qid, docid) for qid, ranking in run.items() for docid in ranking)
-    while block := list(itertools.islice(hits, chunk)):
-        missing = docs.rows([docid for _, docid in block]) < 0
-        if missing.any():
-            return block[int(np.argmax(missing))]
-    return None
+    distinct = list(set().union(*run.values()))
+    unknown = set()
+    for start in range(0, len(distinct), chunk):
+        block = distinct[start : start + chunk]
+        unknown.update(block[i] for i in np.flatnonzero(docs.rows(block) < 0))
+    if not unknown:
+        return None
+    return next((qid, docid) for qid, ranking in run.items() for docid in ranking if docid in unknown)
 
 
 def read_cached_run(path: Path) -> Run | None:
