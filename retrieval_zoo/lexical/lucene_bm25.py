@@ -23,8 +23,9 @@ from retrieval_zoo.cache import atomic_path, cache_root, entry_lock, fingerprint
 from retrieval_zoo.data.collections import Collection
 from retrieval_zoo.data.corpus_store import corpus_ids
 from retrieval_zoo.data.doc_rows import RankedRows
-from retrieval_zoo.data.formats import FormatError, Run, read_run, write_id_text_tsv
+from retrieval_zoo.data.formats import FormatError, Run, write_id_text_tsv
 from retrieval_zoo.data.ranked_rows import read_ranked_rows
+from retrieval_zoo.data.run_columns import read_run_with_columns
 from retrieval_zoo.id_index import IdIndex
 from retrieval_zoo.lexical import lucene_ops
 from retrieval_zoo.lexical.java import LuceneWorker, indexing_options
@@ -122,7 +123,7 @@ class BM25(Retriever):
             run = read_cached_run(path)
             if run is None:
                 self._search_into(path, index_dir, queries, k)
-                run = read_run(path)
+                run = read_run_with_columns(path)
         unknown = set(run) - set(queries)
         if unknown:
             raise ValueError(f"{path}: run holds queries that were not asked for: {sorted(unknown)[:5]}")
@@ -319,11 +320,14 @@ def first_unknown_document(run: Run, docs: IdIndex, chunk: int = 1 << 20) -> tup
 
 
 def read_cached_run(path: Path) -> Run | None:
-    """A cached run; None (and the file removed) when it is missing or damaged (truncated, not gzip, malformed)."""
+    """A cached run; None (and the file removed) when it is missing or damaged (truncated, not gzip, malformed).
+
+    Read from the columns kept beside it once it has been parsed (:mod:`~retrieval_zoo.data.run_columns`).
+    """
     if not path.exists():
         return None
     try:
-        return read_run(path)
+        return read_run_with_columns(path)
     except (EOFError, OSError, zlib.error, FormatError) as error:
         print(f"[bm25] cached run {path} is damaged ({error}): searching again")
         path.unlink()
