@@ -134,3 +134,15 @@ def test_flat_growth_builds_saves_and_loads_a_flat_index_at_each_size(tmp_path) 
     assert [row["size"] for row in rows] == [64, 512]
     assert all(row["build"] > 0 and row["load"] > 0 for row in rows)
     assert sorted(path.name for path in (tmp_path / "flat-512").iterdir()) == ["docids.npy", "faiss-00000.index"]
+
+
+def test_step_ops_counts_each_step_on_the_meta_device_with_cuda_branches(tiny, tiny_bm25, monkeypatch, tmp_path):
+    from benchmarks.step_ops import step_ops
+
+    monkeypatch.setenv("RETRIEVAL_ZOO_CACHE", str(tmp_path))
+    bare, dense = step_ops("dense", tiny, tiny_bm25)
+    assert 0 < sum(bare.kernels.values()) < sum(dense.kernels.values()) and bare.views > 0
+    assert "losses.py" in " ".join(dense.lines) and "bernoulli_" in dense.kernels  # the loss's ops, dropout's too
+    _, csurf = step_ops("csurf", tiny, tiny_bm25)
+    assert any(line.startswith("lexical/csf_fixed.py") for line in csurf.lines)  # CUDA's fixed shapes, not listed
+    assert "nonzero" not in csurf.kernels  # the listed path's op, which the meta device could not run anyway
