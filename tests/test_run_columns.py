@@ -60,3 +60,14 @@ def test_a_malformed_run_file_still_names_its_line(tmp_path: Path) -> None:
     with pytest.raises(FormatError, match=r"run.trec.gz:2: score 'nan' is not finite"):
         read_run_with_columns(path)
     assert not columns_path(path).exists()
+
+
+def test_columns_that_cannot_be_written_leave_the_run_read(tmp_path: Path, monkeypatch, capsys) -> None:
+    path = written(tmp_path / "run.trec", RUN)
+
+    def full_disk(*args: object) -> None:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(run_columns, "_write_columns", full_disk)
+    assert read_run_with_columns(path) == read_run(path)
+    assert "could not keep the columns" in capsys.readouterr().out and not columns_path(path).exists()

@@ -25,7 +25,7 @@ from retrieval_zoo.data.corpus_store import corpus_ids
 from retrieval_zoo.data.doc_rows import RankedRows
 from retrieval_zoo.data.formats import FormatError, Run, write_id_text_tsv
 from retrieval_zoo.data.ranked_rows import read_ranked_rows
-from retrieval_zoo.data.run_columns import read_run_with_columns
+from retrieval_zoo.data.run_columns import columns_path, read_run_with_columns
 from retrieval_zoo.id_index import IdIndex
 from retrieval_zoo.lexical import lucene_ops
 from retrieval_zoo.lexical.java import LuceneWorker, indexing_options
@@ -331,4 +331,5 @@ def read_cached_run(path: Path) -> Run | None:
     except (EOFError, OSError, zlib.error, FormatError) as error:
         print(f"[bm25] cached run {path} is damaged ({error}): searching again")
         path.unlink()
+        columns_path(path).unlink(missing_ok=True)
         return None
