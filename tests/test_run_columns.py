@@ -43,13 +43,14 @@ def test_columns_of_another_version_of_the_file_are_not_used(tmp_path: Path) -> 
 
 
 @pytest.mark.parametrize("damage", ["truncate", "garbage", "empty"])
-def test_damaged_columns_are_read_again_from_the_run_file(tmp_path: Path, damage: str) -> None:
+def test_damaged_columns_are_read_again_from_the_run_file(tmp_path: Path, damage: str, capsys) -> None:
     path = written(tmp_path / "run.trec", RUN)
     read_run_with_columns(path)
     columns = columns_path(path)
     data = columns.read_bytes()
     columns.write_bytes({"truncate": data[: len(data) // 2], "garbage": b"not an npz", "empty": b""}[damage])
     assert read_run_with_columns(path) == read_run(path)
+    assert f"{columns} is damaged" in capsys.readouterr().out
     assert columns.stat().st_size == len(data)  # written again, whole
 
 

@@ -69,15 +69,19 @@ def _read_columns(path: Path, source_digest: str) -> Run | None:
                 return None
             qids_text, docids_text = data["qids"].tobytes().decode(), data["docids"].tobytes().decode()
             counts, scores = data["counts"].tolist(), data["scores"].tolist()
-    except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile, UnicodeDecodeError):
-        return None
+    except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile, UnicodeDecodeError) as error:
+        return _damaged(path, str(error) or type(error).__name__)
     qids = qids_text.split("\n") if counts else []
     docids = docids_text.split("\n") if scores else []
     if len(qids) != len(counts) or len(docids) != len(scores) or sum(counts) != len(scores):
-        return None
+        return _damaged(path, "its ids, counts and scores do not agree")
     run: Run = {}
     start = 0
     for qid, count in zip(qids, counts, strict=True):
         run[qid] = dict(zip(docids[start : start + count], scores[start : start + count], strict=True))
         start += count
-    return run if len(run) == len(qids) else None
+    return run if len(run) == len(qids) else _damaged(path, "a query id repeats")
+
+
+def _damaged(path: Path, problem: str) -> None:
+    print(f"[runs] {path} is damaged ({problem}): parsing the run file again")
