@@ -25,7 +25,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from functools import partial
 
 import torch
@@ -80,7 +80,15 @@ def step_ratio(model: torch.nn.Module, batch: object, autocast: object, repeat: 
     """(bare step s, method step s) on one batch, timed in alternation."""
 
     method_step = partial(train_step, model, batch, autocast)
-    calls = captured(model, method_step)
+    bare_step = bare_replay(model, captured(model, method_step), autocast)
+    timings = side_by_side({"bare": synced(bare_step), "method": synced(method_step)}, repeat=repeat)
+    return timings["bare"], timings["method"]
+
+
+def bare_replay(
+    model: torch.nn.Module, calls: list[tuple[torch.nn.Module, dict]], autocast: object
+) -> Callable[[], None]:
+    """The bare backbone's step on a method step's ``captured`` calls: each output summed, backward, grads cleared."""
 
     def bare_step() -> None:
         with autocast():
@@ -88,8 +96,22 @@ def step_ratio(model: torch.nn.Module, batch: object, autocast: object, repeat: 
         total.backward()
         model.zero_grad(set_to_none=True)
 
-    timings = side_by_side({"bare": synced(bare_step), "method": synced(method_step)}, repeat=repeat)
-    return timings["bare"], timings["method"]
+    return bare_step
+
+
+def fixed_cost_inputs(
+    method: str, overrides: Sequence[str], collection: Collection, bm25: BM25
+) -> tuple[object, object]:
+    """(model, batch) of ``--fixed-cost``'s step: 2 queries × (1 + 1) documents of at most 8 tokens, tiny_random.
+
+    The batch is None for a method that does not train.
+    """
+    lengths = ("method.encoder.query_max_length=8", "method.encoder.doc_max_length=8")
+    model = composed("method", method, "backbone=tiny_random", *lengths, *overrides)
+    if not model.trainable:
+        return model, None
+    small_bags(model)
+    return model, first_batch(model, collection, bm25, batch_size=2)
 
 
 def first_output(output: object) -> torch.Tensor:
@@ -130,12 +152,10 @@ def fixed_cost(args: argparse.Namespace, collection: Collection, bm25: BM25, aut
     header(f"Fixed cost of a step on {device}: 2 queries × (1 + 1) documents, 8 tokens, tiny_random")
     print("| method | bare step (ms) | step (ms) | step ÷ bare |\n|---|---|---|---|")
     for method in args.methods.split(","):
-        lengths = ("method.encoder.query_max_length=8", "method.encoder.doc_max_length=8")
-        model = composed("method", method, "backbone=tiny_random", *lengths, *args.override)
-        if not model.trainable:
+        model, batch = fixed_cost_inputs(method, args.override, collection, bm25)
+        if batch is None:
             continue
-        small_bags(model)
-        batch = move_data_to_device(first_batch(model, collection, bm25, batch_size=2), device)
+        batch = move_data_to_device(batch, device)
         bare, step = step_ratio(model.to(device).train(), batch, autocast, max(args.repeat, 20))
         print(f"| {method} | {1000 * bare:.2f} | {1000 * step:.2f} | {step / bare:.2f} |")
 

@@ -25,8 +25,8 @@ import torch
 from lightning.fabric.utilities.apply_func import move_data_to_device
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from benchmarks.common import composed, first_batch, header, small_bags
-from benchmarks.gpu_throughput import captured, first_output
+from benchmarks.common import header
+from benchmarks.gpu_throughput import bare_replay, captured, fixed_cost_inputs
 from benchmarks.host_syncs import train_step
 from benchmarks.recorded_bm25 import bm25_for
 from retrieval_zoo.data.collections import Collection, embedded
@@ -78,20 +78,11 @@ def counted(run: Callable[[], object]) -> OpCount:
 
 def step_ops(method: str, collection: Collection, bm25: BM25) -> tuple[OpCount, OpCount]:
     """(bare backbone's ops, the method's step's ops) at the fixed-cost sizes on the meta device."""
-    lengths = ("method.encoder.query_max_length=8", "method.encoder.doc_max_length=8")
-    model = composed("method", method, "backbone=tiny_random", *lengths, *CUDA_DEFAULTS.get(method, ()))
-    small_bags(model)
+    model, batch = fixed_cost_inputs(method, CUDA_DEFAULTS.get(method, ()), collection, bm25)
     meta = torch.device("meta")
-    batch = move_data_to_device(first_batch(model, collection, bm25, batch_size=2), meta)
-    model = model.to(meta).train()
+    model, batch = model.to(meta).train(), move_data_to_device(batch, meta)
     step = partial(train_step, model, batch, contextlib.nullcontext)  # fp32: no autocast
-    calls = captured(model, step)
-
-    def bare_step() -> None:
-        torch.stack([first_output(module(**kwargs)).float().sum() for module, kwargs in calls]).sum().backward()
-        model.zero_grad(set_to_none=True)
-
-    return counted(bare_step), counted(step)
+    return counted(bare_replay(model, captured(model, step), contextlib.nullcontext)), counted(step)
 
 
 def main() -> None:

@@ -2,10 +2,9 @@
 
 Parsing a TREC run costs about 1.5 µs a line in Python (1.7–2.1 s for BM25's run of the embedded collection's 1,200
 dev queries at depth 1,000, so some 10 s for MS MARCO's 6,980); the same run rebuilt from its columns took 0.2–0.4 s
-(2 cores). The
-columns (``.npz``): the query ids and the document ids, each newline-joined UTF-8 (ids hold no whitespace in a run
-file), the number of documents of each query and the scores as float64, the bits :func:`read_run` parsed. They
-record the digest of the file they were read from, and are used only beside that file.
+(2 cores). The columns (``.npz``): the query ids and the document ids, each newline-joined UTF-8 (ids hold no
+whitespace in a run file), the number of documents of each query and the scores as float64, the bits
+:func:`read_run` parsed. They record the digest of the file they were read from, and are used only beside that file.
 """
 
 from __future__ import annotations
