@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # One lent GPU machine's measurements (../shared/GPU.md), run from the repository root there:
 #   bash benchmarks/gpu_session.sh STAGE...   STAGE: check, bf16, e2e, compiled, syncs, recheck, csurf_shapes,
-#                                             grounding, csurf_precision, recipes, profile, scale
+#                                             compiled_scoring, grounding, csurf_precision, recipes, profile,
+#                                             scale
 # Needs .gpu/ prepared on a machine with the package index and Java (benchmarks/gpu_prepare.sh). Each stage writes
 # its log under $OUT (or /tmp/gpu_out) as it runs, so a command stopped at its limit still returns what it measured.
 set -uo pipefail
@@ -57,12 +58,17 @@ for stage in "$@"; do
       python3 -m benchmarks.gpu_throughput --device cuda --backbone bert_base_random --precision bf16 --sync-debug \
         --methods "${RECHECK_METHODS:-dense,delade_cls,dlr_splade}" --repeat 3 --queries 0 2>&1 \
         | tee "$out/recheck.log" | tr '\r' '\n' | grep -E "$table|^syncs" ;;
-    csurf_shapes)  # CSurF's step in fixed shapes (the CUDA default) beside the listed bags', syncs and fixed cost too
-      for shapes in ${CSURF_SHAPES:-fixed data}; do
+    csurf_shapes)  # CSurF's step in fixed shapes (the CUDA default) beside the listed bags', syncs and fixed cost too;
+      # compiled: fixed shapes with the scoring compiled (method.compile_scoring=true)
+      for shapes in ${CSURF_SHAPES:-fixed compiled data}; do
+        overrides=(--override method.step_shapes=$shapes)
+        [ "$shapes" = compiled ] && overrides=(--override method.step_shapes=fixed --override method.compile_scoring=true)
         python3 -m benchmarks.gpu_throughput --device cuda --backbone bert_base_random --precision bf16 --sync-debug \
-          --methods csurf --override method.step_shapes=$shapes --repeat 3 --queries 0 --docs 256 --fixed-cost 2>&1 \
+          --methods csurf "${overrides[@]}" --repeat 3 --queries 0 --docs 256 --fixed-cost 2>&1 \
           | tee "$out/csurf_$shapes.log" | tr '\r' '\n' | grep -E "$table|^syncs"
       done ;;
+    compiled_scoring)  # CSurF's fixed-shape scoring alone, eager against compiled: kernels a call and time
+      python3 -m benchmarks.compiled_scoring --device cuda 2>&1 | tee "$out/compiled_scoring.log" | grep -E "$table" ;;
     grounding)  # CSurF's forms grounded on their source vectors: a gather of rows against the one-hot product
       python3 -m benchmarks.csf_grounding --device cuda 2>&1 | tee "$out/grounding.log" | grep -E "$table" ;;
     csurf_precision)  # |C^d| and MRR@10 in each precision over ${SEEDS}: a seed's spread is as wide as the gap

@@ -100,6 +100,32 @@ def test_fixed_shapes_give_the_listed_pairs_scores_and_gradients(kept: str, simi
     assert listed.detach().abs().max() > 0 and scale > 0
 
 
+def test_compiled_scoring_gives_the_eager_scores_and_gradients(monkeypatch) -> None:
+    monkeypatch.setattr(csf_fixed, "grounds_by_product", lambda vectors: True)  # a GPU's grounding, compiled here
+
+    def scored(compiled: bool, cells: int) -> tuple[torch.Tensor, tuple[torch.Tensor, ...]]:
+        generator = torch.Generator().manual_seed(0)
+        query, query_leaves = encoded(3, 6, "both", "cosine", generator)
+        docs, doc_leaves = encoded(5, 9, "both", "cosine", generator)
+        scores = fixed_max_sum_scores(query, docs, cells, compiled=compiled)
+        upstream = torch.randn(3, 5, generator=generator)
+        return scores, torch.autograd.grad((scores * upstream).sum(), query_leaves + doc_leaves)
+
+    for cells in (csf_fixed.FIXED_CELLS, 3 * 50 * 2):  # one block; two documents a block, recomputed backwards
+        (eager, eager_grads), (compiled, compiled_grads) = scored(False, cells), scored(True, cells)
+        # fused kernels may multiply a value's factors and sum its dot product in another order (bounds as above)
+        assert torch.allclose(compiled, eager, rtol=0, atol=float32_rounding(6 * 4) * float(eager.detach().abs().max()))
+        scale = max(float(g.abs().max()) for g in eager_grads)
+        for got, want in zip(compiled_grads, eager_grads, strict=True):
+            assert torch.allclose(got, want, rtol=0, atol=float32_rounding(15 * 4) * scale)
+        assert eager.abs().max() > 0 and scale > 0
+
+
+def test_compiled_scoring_needs_fixed_shapes() -> None:
+    with pytest.raises(ValueError, match="step_shapes=data never runs"):
+        CSurF(tiny_encoder(mlm_head=True), step_shapes="data", compile_scoring=True)
+
+
 def test_source_rows_are_the_gathered_vectors_and_their_gradient_the_summed_rows() -> None:
     generator = torch.Generator().manual_seed(0)
     vectors = torch.randn(3, 7, 4, generator=generator, requires_grad=True)
@@ -133,11 +159,13 @@ def test_pooled_projection_fixed_backward_equals_the_sparse_one() -> None:
         assert torch.allclose(got, want, rtol=0, atol=float32_rounding(2 * 6 * 16) * float(want.abs().max()))
 
 
-@pytest.mark.parametrize("vector_dim", [8, 0])
-def test_a_training_step_in_fixed_shapes_gives_the_same_losses_and_gradients(vector_dim: int) -> None:
+@pytest.mark.parametrize(("vector_dim", "compiled"), [(8, False), (0, False), (8, True)])
+def test_a_training_step_in_fixed_shapes_gives_the_same_losses_and_gradients(vector_dim: int, compiled: bool) -> None:
     def step(shapes: str) -> tuple[dict[str, float], list[torch.Tensor]]:
         torch.manual_seed(0)
-        model = CSurF(tiny_encoder(mlm_head=True), vector_dim=vector_dim, step_shapes=shapes).eval()
+        compile_scoring = compiled and shapes == "fixed"
+        model = CSurF(tiny_encoder(mlm_head=True), vector_dim=vector_dim, step_shapes=shapes,
+                      compile_scoring=compile_scoring).eval()  # fmt: skip
         small_bags(model, csfs=2000)  # a random head expands most forms: a bias leaves about 100 CSFs a text
         losses, diagnostics = model.losses(batch())
         sum(losses.values()).backward()

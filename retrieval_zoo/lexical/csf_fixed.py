@@ -20,6 +20,9 @@ most :data:`FIXED_CELLS` of them, each recomputed in the backward pass when ther
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable
+
 import torch
 from torch.utils.checkpoint import checkpoint
 
@@ -30,29 +33,45 @@ FIXED_CELLS = 1 << 26  # E×E values of one block of documents: 256 MB in float3
 ONE_HOT_VALUES = 1 << 26  # entries of the sources' one-hot matrix made at a time: 128 MB in bf16
 
 
-def fixed_max_sum_scores(query: TextCsfs, docs: TextCsfs, cells: int = FIXED_CELLS) -> torch.Tensor:
+def fixed_max_sum_scores(
+    query: TextCsfs, docs: TextCsfs, cells: int = FIXED_CELLS, compiled: bool = False
+) -> torch.Tensor:
     """Score(q, d) of §3.3 for every query and document, every size fixed by the inputs' shapes.
 
     Args:
         query: B queries' CSFs.
         docs: N documents' CSFs, from the same model (the same kinds of CSF kept).
         cells: The most E×E values (queries × documents × |V|) a block of documents takes.
+        compiled: Score each block through :func:`compiled_block_scores` (the same values to float32 rounding).
 
     Returns:
         (B, N) scores.
     """
+    block_scores = compiled_block_scores() if compiled else _block_scores
     batch, vocab = query.expansion.shape
     block, count = max(1, cells // (batch * vocab)), len(docs.ids)
     if block >= count:
-        return _block_scores(query, docs)
+        return block_scores(query, docs)
     parts = []
     for start in range(0, count, block):
         part = docs.texts(slice(start, start + block))
         if torch.is_grad_enabled():  # recomputed in the backward pass: one block's values held at a time
-            parts.append(checkpoint(_block_scores, query, part, use_reentrant=False))
+            parts.append(checkpoint(block_scores, query, part, use_reentrant=False))
         else:
-            parts.append(_block_scores(query, part))
+            parts.append(block_scores(query, part))
     return torch.cat(parts, dim=1)
+
+
+@functools.cache
+def compiled_block_scores() -> Callable[[TextCsfs, TextCsfs], torch.Tensor]:
+    """A block's scores through ``torch.compile``, one graph forward and one backward, built at the first call.
+
+    Every size in :func:`_block_scores` follows from the shapes, so it compiles whole (``fullgraph``): its hundred
+    or so small ops a step, each a kernel launch on a GPU, become a few dozen fused kernels. A new batch shape
+    compiles again (a partial last batch once; then sizes turn symbolic). Needs what ``torch.compile`` needs: a C++
+    compiler on a CPU, Triton on a GPU.
+    """
+    return torch.compile(_block_scores, fullgraph=True)
 
 
 def _block_scores(query: TextCsfs, docs: TextCsfs) -> torch.Tensor:
