@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One lent GPU machine's measurements (../shared/GPU.md), run from the repository root there:
 #   bash benchmarks/gpu_session.sh STAGE...   STAGE: check, bf16, e2e, compiled, syncs, recheck, csurf_shapes,
-#                                             compiled_scoring, grounding, csurf_precision, recipes, profile,
+#                                             compiled_step, grounding, csurf_precision, recipes, profile,
 #                                             scale
 # Needs .gpu/ prepared on a machine with the package index and Java (benchmarks/gpu_prepare.sh). Each stage writes
 # its log under $OUT (or /tmp/gpu_out) as it runs, so a command stopped at its limit still returns what it measured.
@@ -59,16 +59,17 @@ for stage in "$@"; do
         --methods "${RECHECK_METHODS:-dense,delade_cls,dlr_splade}" --repeat 3 --queries 0 2>&1 \
         | tee "$out/recheck.log" | tr '\r' '\n' | grep -E "$table|^syncs" ;;
     csurf_shapes)  # CSurF's step in fixed shapes (the CUDA default) beside the listed bags', syncs and fixed cost too;
-      # compiled: fixed shapes with the scoring compiled (method.compile_scoring=true)
+      # compiled: fixed shapes with the CSF code compiled (method.compile_csfs=true)
       for shapes in ${CSURF_SHAPES:-fixed compiled data}; do
         overrides=(--override method.step_shapes=$shapes)
-        [ "$shapes" = compiled ] && overrides=(--override method.step_shapes=fixed --override method.compile_scoring=true)
+        [ "$shapes" = compiled ] && overrides=(--override method.step_shapes=fixed --override method.compile_csfs=true)
         python3 -m benchmarks.gpu_throughput --device cuda --backbone bert_base_random --precision bf16 --sync-debug \
           --methods csurf "${overrides[@]}" --repeat 3 --queries 0 --docs 256 --fixed-cost 2>&1 \
           | tee "$out/csurf_$shapes.log" | tr '\r' '\n' | grep -E "$table|^syncs"
       done ;;
-    compiled_scoring)  # CSurF's fixed-shape scoring alone, eager against compiled: kernels a call and time
-      python3 -m benchmarks.compiled_scoring --device cuda 2>&1 | tee "$out/compiled_scoring.log" | grep -E "$table" ;;
+    compiled_step)  # the kernels CSurF's tiny fixed-shape step launches, eager against method.compile_csfs=true
+      python3 -m benchmarks.compiled_step --device cuda --bm25 replay=.gpu/bm25.pkl.gz 2>&1 \
+        | tee "$out/compiled_step.log" | tr '\r' '\n' | grep -E "$table" ;;
     grounding)  # CSurF's forms grounded on their source vectors: a gather of rows against the one-hot product
       python3 -m benchmarks.csf_grounding --device cuda 2>&1 | tee "$out/grounding.log" | grep -E "$table" ;;
     csurf_precision)  # |C^d| and MRR@10 in each precision over ${SEEDS}: a seed's spread is as wide as the gap

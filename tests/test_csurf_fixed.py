@@ -121,9 +121,9 @@ def test_compiled_scoring_gives_the_eager_scores_and_gradients(monkeypatch) -> N
         assert eager.abs().max() > 0 and scale > 0
 
 
-def test_compiled_scoring_needs_fixed_shapes() -> None:
-    with pytest.raises(ValueError, match="step_shapes=data never runs"):
-        CSurF(tiny_encoder(mlm_head=True), step_shapes="data", compile_scoring=True)
+def test_compiled_csfs_need_fixed_shapes() -> None:
+    with pytest.raises(ValueError, match="which method.step_shapes=data never runs"):
+        CSurF(tiny_encoder(mlm_head=True), step_shapes="data", compile_csfs=True)
 
 
 def test_source_rows_are_the_gathered_vectors_and_their_gradient_the_summed_rows() -> None:
@@ -163,9 +163,9 @@ def test_pooled_projection_fixed_backward_equals_the_sparse_one() -> None:
 def test_a_training_step_in_fixed_shapes_gives_the_same_losses_and_gradients(vector_dim: int, compiled: bool) -> None:
     def step(shapes: str) -> tuple[dict[str, float], list[torch.Tensor]]:
         torch.manual_seed(0)
-        compile_scoring = compiled and shapes == "fixed"
+        compile_csfs = compiled and shapes == "fixed"
         model = CSurF(tiny_encoder(mlm_head=True), vector_dim=vector_dim, step_shapes=shapes,
-                      compile_scoring=compile_scoring).eval()  # fmt: skip
+                      compile_csfs=compile_csfs).eval()  # fmt: skip
         small_bags(model, csfs=2000)  # a random head expands most forms: a bias leaves about 100 CSFs a text
         losses, diagnostics = model.losses(batch())
         sum(losses.values()).backward()

@@ -42,12 +42,12 @@ def fixed_max_sum_scores(
         query: B queries' CSFs.
         docs: N documents' CSFs, from the same model (the same kinds of CSF kept).
         cells: The most E×E values (queries × documents × |V|) a block of documents takes.
-        compiled: Score each block through :func:`compiled_block_scores` (the same values to float32 rounding).
+        compiled: Score each block through :func:`compiled_graph` (the same values to float32 rounding).
 
     Returns:
         (B, N) scores.
     """
-    block_scores = compiled_block_scores() if compiled else _block_scores
+    block_scores = compiled_graph(_block_scores) if compiled else _block_scores
     batch, vocab = query.expansion.shape
     block, count = max(1, cells // (batch * vocab)), len(docs.ids)
     if block >= count:
@@ -63,15 +63,15 @@ def fixed_max_sum_scores(
 
 
 @functools.cache
-def compiled_block_scores() -> Callable[[TextCsfs, TextCsfs], torch.Tensor]:
-    """A block's scores through ``torch.compile``, one graph forward and one backward, built at the first call.
+def compiled_graph(function: Callable) -> Callable:
+    """``function`` through ``torch.compile``, one graph (``fullgraph``) forward and one backward, built at first call.
 
-    Every size in :func:`_block_scores` follows from the shapes, so it compiles whole (``fullgraph``): its hundred
-    or so small ops a step, each a kernel launch on a GPU, become a few dozen fused kernels. A new batch shape
-    compiles again (a partial last batch once; then sizes turn symbolic). Needs what ``torch.compile`` needs: a C++
-    compiler on a CPU, Triton on a GPU.
+    For the fixed-shape step's own code (:func:`_block_scores`; CSurF's CSFs from its encoder's outputs), where every
+    size follows from the shapes: its small ops, each a kernel launch on a GPU, become fewer, fused kernels. A new
+    batch shape compiles again (then sizes turn symbolic). Needs what ``torch.compile`` needs: a C++ compiler on a
+    CPU, Triton on a GPU.
     """
-    return torch.compile(_block_scores, fullgraph=True)
+    return torch.compile(function, fullgraph=True)
 
 
 def _block_scores(query: TextCsfs, docs: TextCsfs) -> torch.Tensor:

@@ -28,7 +28,7 @@ from retrieval_zoo.encoding.encoder import Encoder
 from retrieval_zoo.encoding.tokens import Tokens
 from retrieval_zoo.index.terms.term_index import TermWeightsFromParts
 from retrieval_zoo.lexical.csf_bags import Bags, CsfBags, Postings, gather_bags, max_sum_scores
-from retrieval_zoo.lexical.csf_fixed import fixed_max_sum_scores
+from retrieval_zoo.lexical.csf_fixed import compiled_graph, fixed_max_sum_scores
 from retrieval_zoo.lexical.csf_texts import TextCsfs, csf_texts, gather_texts
 from retrieval_zoo.lexical.splade import max_pooled_logits, mlm_head_parts
 from retrieval_zoo.losses import (
@@ -70,8 +70,9 @@ class CSurF(TermWeightsFromParts, BiEncoder[CsfBags]):
             (:func:`~retrieval_zoo.lexical.csf_fixed.fixed_max_sum_scores`: sizes fixed by the batch, so a GPU's host
             never waits to read one back); ``auto``, fixed on CUDA, data elsewhere. The same scores and gradients
             to float32 rounding.
-        compile_scoring: Score fixed-shape steps through ``torch.compile``
-            (:func:`~retrieval_zoo.lexical.csf_fixed.compiled_block_scores`): fewer, fused kernels on a GPU, the same
+        compile_csfs: Run a fixed-shape step's own code, its CSFs from the encoder's outputs (:func:`csfs_of`)
+            and their scoring, through ``torch.compile``
+            (:func:`~retrieval_zoo.lexical.csf_fixed.compiled_graph`): fewer, fused kernels on a GPU, the same
             scores to float32 rounding. Needs steps in fixed shapes (``step_shapes`` ``fixed``, or ``auto`` on CUDA).
         val_k: Validation retrieval depth.
     """
@@ -95,7 +96,7 @@ class CSurF(TermWeightsFromParts, BiEncoder[CsfBags]):
         kd_weight: float = 0.0,
         kd_direction: KlDirection = "student_teacher",
         step_shapes: StepShapes = "auto",
-        compile_scoring: bool = False,
+        compile_csfs: bool = False,
         val_k: int = 100,
     ) -> None:
         super().__init__(encoder, optim, val_k)
@@ -110,12 +111,12 @@ class CSurF(TermWeightsFromParts, BiEncoder[CsfBags]):
         self.lambda_q, self.lambda_d, self.flops_warmup_steps = lambda_q, lambda_d, flops_warmup_steps
         self.in_batch_negatives, self.gather_across_devices = in_batch_negatives, gather_across_devices
         self.kd_weight, self.kd_direction, self.step_shapes = kd_weight, kd_direction, step_shapes
-        if compile_scoring and step_shapes == "data":
+        if compile_csfs and step_shapes == "data":
             raise ValueError(
-                "method.compile_scoring=true compiles the fixed-shape scoring, which method.step_shapes=data never "
-                "runs: set step_shapes to fixed (or auto, fixed on CUDA) or compile_scoring to false"
+                "method.compile_csfs=true compiles the CSF code of fixed-shape steps, which method.step_shapes=data "
+                "never runs: set step_shapes to fixed (or auto, fixed on CUDA) or compile_csfs to false"
             )
-        self.compile_scoring = compile_scoring
+        self.compile_csfs = compile_csfs
         self.register_buffer("special_ids", torch.tensor(encoder.tokenizer.all_special_ids), persistent=False)
 
     @property
@@ -140,17 +141,8 @@ class CSurF(TermWeightsFromParts, BiEncoder[CsfBags]):
         """
         source_mask = mask.bool() & ~torch.isin(ids, self.special_ids)
         maxima, sources, hidden = max_pooled_logits(self.encoder.model, ids, mask, source_mask, fixed_backward=fixed)
-        expansion = torch.log1p(torch.relu(maxima))  # w_t = max_i φ_e(x_i)[t]: φ_e is monotonic, so max first
-        _, transform, projection = mlm_head_parts(self.encoder.model)
-        rows = ids.flatten()  # the text's own ids repeat: take_rows sums their gradients in a fixed order
-        own = (transform(hidden) * take_rows(projection.weight, rows).view(*ids.shape, -1)).sum(-1)
-        own = own + take_rows(projection.bias, rows).view(ids.shape)
-        self_weights = torch.log1p(torch.relu(own))  # E_i[x_i], the original CSFs' weights
-        vectors = None
-        if self.vector_projection is not None:
-            vectors = torch.relu(self.vector_projection(hidden))  # φ_v
-            vectors = F.normalize(vectors, dim=-1) if self.similarity == "cosine" else vectors
-        return csf_texts(expansion, sources, self_weights, ids, source_mask, vectors, self.bags), expansion
+        parts = compiled_graph(csfs_of) if fixed and self.compile_csfs else csfs_of
+        return parts(self, maxima, sources, hidden, ids, source_mask)
 
     def encode_query(self, texts: list[str] | Tokens) -> CsfBags:
         """(B,) texts, or their tokens → their bags of CSFs."""
@@ -200,7 +192,7 @@ class CSurF(TermWeightsFromParts, BiEncoder[CsfBags]):
         gather = self.in_batch_negatives and self.gather_across_devices
         if fixed:
             candidates, first = gather_texts(d) if gather else (d, 0)
-            scores = fixed_max_sum_scores(q, candidates, compiled=self.compile_scoring)
+            scores = fixed_max_sum_scores(q, candidates, compiled=self.compile_csfs)
         else:
             listed, first = gather_bags(d.listed()) if gather else (d.listed(), 0)
             scores = self.score(q.listed(), listed)  # (B, N): N documents of the batch (the global batch's, gathered)
@@ -226,3 +218,23 @@ class CSurF(TermWeightsFromParts, BiEncoder[CsfBags]):
             "score/positive": group_scores[:, 0].detach(),
         }
         return losses, diagnostics
+
+
+def csfs_of(method: CSurF, maxima: torch.Tensor, sources: torch.Tensor, hidden: torch.Tensor, ids: torch.Tensor,
+            source_mask: torch.Tensor) -> tuple[TextCsfs, torch.Tensor]:  # fmt: skip
+    """The texts' CSFs and (T, |V|) expansion weights w_t, from what the encoder gives (:meth:`CSurF.encode_csfs`).
+
+    (T, |V|) pooled maxima of the MLM logits and their source positions, (T, L, H) last hidden states, (T, L) ids and
+    source mask (the text's own tokens).
+    """
+    expansion = torch.log1p(torch.relu(maxima))  # w_t = max_i φ_e(x_i)[t]: φ_e is monotonic, so max first
+    _, transform, projection = mlm_head_parts(method.encoder.model)
+    rows = ids.flatten()  # the text's own ids repeat: take_rows sums their gradients in a fixed order
+    own = (transform(hidden) * take_rows(projection.weight, rows).view(*ids.shape, -1)).sum(-1)
+    own = own + take_rows(projection.bias, rows).view(ids.shape)
+    self_weights = torch.log1p(torch.relu(own))  # E_i[x_i], the original CSFs' weights
+    vectors = None
+    if method.vector_projection is not None:
+        vectors = torch.relu(method.vector_projection(hidden))  # φ_v
+        vectors = F.normalize(vectors, dim=-1) if method.similarity == "cosine" else vectors
+    return csf_texts(expansion, sources, self_weights, ids, source_mask, vectors, method.bags), expansion
