@@ -82,19 +82,38 @@ def max_pooled_logits(
         (B, V) maxima (−inf where a text has no pooled position), (B, V) their positions, and the encoder's (B, L, H)
         last hidden states.
     """
-    hidden, x, projection = head_inputs(model, input_ids, attention_mask)
+    hidden = last_hidden_states(model, input_ids, attention_mask)
     pool_mask = attention_mask if pool_mask is None else pool_mask
+    return *pooled_mlm_logits(model, hidden, pool_mask, chunk, fixed_backward), hidden
+
+
+def pooled_mlm_logits(
+    model: PreTrainedModel,
+    hidden: torch.Tensor,
+    pool_mask: torch.Tensor,
+    chunk: int | None = None,
+    fixed_backward: bool = False,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """(B, L, H) last hidden states → :func:`max_pooled_logits`' (B, V) maxima and positions, from the MLM head on."""
+    _, transform, projection = mlm_head_parts(model)
+    x = transform(hidden)
     chunk = vocabulary_chunk(x, projection.weight.shape[0]) if chunk is None else chunk
     maxima, argmax = _PooledProjection.apply(x, projection.weight, pool_mask, chunk, fixed_backward)
-    return with_bias(maxima, projection), argmax, hidden
+    return with_bias(maxima, projection), argmax
+
+
+def last_hidden_states(model: PreTrainedModel, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+    """(B, L, H) last hidden states of a BERT-style masked LM's encoder (no MLM head)."""
+    encoder, _, _ = mlm_head_parts(model)
+    return encoder(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
 
 
 def head_inputs(
     model: PreTrainedModel, input_ids: torch.Tensor, attention_mask: torch.Tensor
 ) -> tuple[torch.Tensor, torch.Tensor, torch.nn.Linear]:
     """(B, L, H) last hidden states, the (B, L, H) inputs of the vocabulary projection, and the projection."""
-    encoder, transform, projection = mlm_head_parts(model)
-    hidden = encoder(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
+    _, transform, projection = mlm_head_parts(model)
+    hidden = last_hidden_states(model, input_ids, attention_mask)
     return hidden, transform(hidden), projection
 
 

@@ -30,7 +30,7 @@ from retrieval_zoo.index.terms.term_index import TermWeightsFromParts
 from retrieval_zoo.lexical.csf_bags import Bags, CsfBags, Postings, gather_bags, max_sum_scores
 from retrieval_zoo.lexical.csf_fixed import compiled_graph, fixed_max_sum_scores
 from retrieval_zoo.lexical.csf_texts import TextCsfs, csf_texts, gather_texts
-from retrieval_zoo.lexical.splade import max_pooled_logits, mlm_head_parts
+from retrieval_zoo.lexical.splade import last_hidden_states, mlm_head_parts, pooled_mlm_logits
 from retrieval_zoo.losses import (
     KlDirection,
     contrastive_nll,
@@ -70,7 +70,7 @@ class CSurF(TermWeightsFromParts, BiEncoder[CsfBags]):
             (:func:`~retrieval_zoo.lexical.csf_fixed.fixed_max_sum_scores`: sizes fixed by the batch, so a GPU's host
             never waits to read one back); ``auto``, fixed on CUDA, data elsewhere. The same scores and gradients
             to float32 rounding.
-        compile_csfs: Run a fixed-shape step's own code, its CSFs from the encoder's outputs (:func:`csfs_of`)
+        compile_csfs: Run a fixed-shape step's own code, its CSFs from the encoder's hidden states (:func:`csfs_of`)
             and their scoring, through ``torch.compile``
             (:func:`~retrieval_zoo.lexical.csf_fixed.compiled_graph`): fewer, fused kernels on a GPU, the same
             scores to float32 rounding. Needs steps in fixed shapes (``step_shapes`` ``fixed``, or ``auto`` on CUDA).
@@ -140,9 +140,9 @@ class CSurF(TermWeightsFromParts, BiEncoder[CsfBags]):
         a backward pass whose sizes the shapes fix (:func:`~retrieval_zoo.lexical.splade.max_pooled_logits`).
         """
         source_mask = mask.bool() & ~torch.isin(ids, self.special_ids)
-        maxima, sources, hidden = max_pooled_logits(self.encoder.model, ids, mask, source_mask, fixed_backward=fixed)
+        hidden = last_hidden_states(self.encoder.model, ids, mask)
         parts = compiled_graph(csfs_of) if fixed and self.compile_csfs else csfs_of
-        return parts(self, maxima, sources, hidden, ids, source_mask)
+        return parts(self, hidden, ids, source_mask, fixed)
 
     def encode_query(self, texts: list[str] | Tokens) -> CsfBags:
         """(B,) texts, or their tokens → their bags of CSFs."""
@@ -220,15 +220,17 @@ class CSurF(TermWeightsFromParts, BiEncoder[CsfBags]):
         return losses, diagnostics
 
 
-def csfs_of(method: CSurF, maxima: torch.Tensor, sources: torch.Tensor, hidden: torch.Tensor, ids: torch.Tensor,
-            source_mask: torch.Tensor) -> tuple[TextCsfs, torch.Tensor]:  # fmt: skip
-    """The texts' CSFs and (T, |V|) expansion weights w_t, from what the encoder gives (:meth:`CSurF.encode_csfs`).
+def csfs_of(method: CSurF, hidden: torch.Tensor, ids: torch.Tensor, source_mask: torch.Tensor,
+            fixed: bool) -> tuple[TextCsfs, torch.Tensor]:  # fmt: skip
+    """The texts' CSFs and (T, |V|) expansion weights w_t from the encoder's (T, L, H) last hidden states on.
 
-    (T, |V|) pooled maxima of the MLM logits and their source positions, (T, L, H) last hidden states, (T, L) ids and
-    source mask (the text's own tokens).
+    (T, L) ids and source mask (the text's own tokens); ``fixed``: the pooled projection's backward in fixed sizes
+    (:meth:`CSurF.encode_csfs`).
     """
+    model = method.encoder.model
+    maxima, sources = pooled_mlm_logits(model, hidden, source_mask, fixed_backward=fixed)
     expansion = torch.log1p(torch.relu(maxima))  # w_t = max_i φ_e(x_i)[t]: φ_e is monotonic, so max first
-    _, transform, projection = mlm_head_parts(method.encoder.model)
+    _, transform, projection = mlm_head_parts(model)
     rows = ids.flatten()  # the text's own ids repeat: take_rows sums their gradients in a fixed order
     own = (transform(hidden) * take_rows(projection.weight, rows).view(*ids.shape, -1)).sum(-1)
     own = own + take_rows(projection.bias, rows).view(ids.shape)
