@@ -124,6 +124,9 @@ def test_compiled_scoring_gives_the_eager_scores_and_gradients(monkeypatch) -> N
 def test_compiled_csfs_need_fixed_shapes() -> None:
     with pytest.raises(ValueError, match="which method.step_shapes=data never runs"):
         CSurF(tiny_encoder(mlm_head=True), step_shapes="data", compile_csfs=True)
+    model = CSurF(tiny_encoder(mlm_head=True), step_shapes="auto", compile_csfs=True)  # auto lists bags on a CPU
+    with pytest.warns(UserWarning, match="compiling nothing"):
+        model.losses(batch())
 
 
 def test_source_rows_are_the_gathered_vectors_and_their_gradient_the_summed_rows() -> None:

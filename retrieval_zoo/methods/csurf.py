@@ -17,6 +17,7 @@ its weights alone, not the model.
 
 from __future__ import annotations
 
+import warnings
 from typing import ClassVar, Literal
 
 import torch
@@ -187,6 +188,10 @@ class CSurF(TermWeightsFromParts, BiEncoder[CsfBags]):
         """
         query_ids, query_mask = self.encoder.tokenize(batch.query_input, "query")
         fixed = self.fixed_shapes(query_ids.device)
+        if self.compile_csfs and not fixed:
+            warnings.warn(
+                "method.compile_csfs=true: step_shapes=auto lists bags off CUDA, compiling nothing", stacklevel=2
+            )
         q, q_weights = self.encode_csfs(query_ids, query_mask, fixed)
         d, d_weights = self.encode_csfs(*self.encoder.tokenize(batch.doc_input, "doc"), fixed)
         gather = self.in_batch_negatives and self.gather_across_devices
