@@ -15,6 +15,7 @@ LAYERS = [  # lowest first; a module may import from its own layer and the ones 
         {
             "cache",
             "rows",
+            "compiling",
             "distributed",
             "encoding.batching",
             "resume",

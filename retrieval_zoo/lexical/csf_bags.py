@@ -17,13 +17,12 @@ scores to float32 rounding. The bags are listed from each text's CSFs by :mod:`r
 
 from __future__ import annotations
 
-import functools
-from collections.abc import Callable
 from dataclasses import dataclass, fields
 from typing import Literal, TypeVar
 
 import torch
 
+from retrieval_zoo.compiling import compile_once
 from retrieval_zoo.distributed import gather_rows, row_counts, world
 from retrieval_zoo.rows import take_rows
 from retrieval_zoo.term_matrix import csr, offsets_of
@@ -248,7 +247,7 @@ def max_sum_scores(
     query_token = query.text * query.length + query.source  # the query token q_i of each query CSF A
     for block in blocks:
         pair_query, pair_doc = pairs(*block)
-        score = fused_pair_values() if compiled else pair_values
+        score = compile_once(pair_values, dynamic=True) if compiled else pair_values  # any number of pairs
         value = score(query.weight, postings.weight, query.vector, postings.vector, pair_query, pair_doc)
         column = take_rows(postings.doc, pair_doc).long()
         if num_docs is None:  # compacted to the documents reached
@@ -287,12 +286,6 @@ def pair_values(
         return value
     doc_vectors = take_rows(doc_vector, pair_doc).to(query_vector.dtype)  # ·f(v_A, v_B): dot of (unit) vectors
     return value * (take_rows(query_vector, pair_query) * doc_vectors).sum(-1)
-
-
-@functools.cache
-def fused_pair_values() -> Callable[..., torch.Tensor]:
-    """:func:`pair_values` compiled once, for any number of pairs (dynamic shapes): one fused kernel at search."""
-    return torch.compile(pair_values, dynamic=True)
 
 
 def _csf_blocks(ends: torch.Tensor, pairs: int) -> list[tuple[int, int, int, int]]:

@@ -20,12 +20,10 @@ most :data:`FIXED_CELLS` of them, each recomputed in the backward pass when ther
 
 from __future__ import annotations
 
-import functools
-from collections.abc import Callable
-
 import torch
 from torch.utils.checkpoint import checkpoint
 
+from retrieval_zoo.compiling import compile_once
 from retrieval_zoo.lexical.csf_texts import TextCsfs
 from retrieval_zoo.rows import take_rows
 
@@ -42,12 +40,13 @@ def fixed_max_sum_scores(
         query: B queries' CSFs.
         docs: N documents' CSFs, from the same model (the same kinds of CSF kept).
         cells: The most E×E values (queries × documents × |V|) a block of documents takes.
-        compiled: Score each block through :func:`compiled_graph` (the same values to float32 rounding).
+        compiled: Score each block through ``torch.compile``, one graph forward and one backward (every size
+            follows from the shapes): fewer, fused kernels, the same values to float32 rounding.
 
     Returns:
         (B, N) scores.
     """
-    block_scores = compiled_graph(_block_scores) if compiled else _block_scores
+    block_scores = compile_once(_block_scores, fullgraph=True) if compiled else _block_scores
     batch, vocab = query.expansion.shape
     block, count = max(1, cells // (batch * vocab)), len(docs.ids)
     if block >= count:
@@ -60,18 +59,6 @@ def fixed_max_sum_scores(
         else:
             parts.append(block_scores(query, part))
     return torch.cat(parts, dim=1)
-
-
-@functools.cache
-def compiled_graph(function: Callable) -> Callable:
-    """``function`` through ``torch.compile``, one graph (``fullgraph``) forward and one backward, built at first call.
-
-    For the fixed-shape step's own code (:func:`_block_scores`; CSurF's CSFs from its encoder's outputs), where every
-    size follows from the shapes: its small ops, each a kernel launch on a GPU, become fewer, fused kernels. A new
-    batch shape compiles again (then sizes turn symbolic). Needs what ``torch.compile`` needs: a C++ compiler on a
-    CPU, Triton on a GPU.
-    """
-    return torch.compile(function, fullgraph=True)
 
 
 def _block_scores(query: TextCsfs, docs: TextCsfs) -> torch.Tensor:

@@ -24,12 +24,13 @@ import torch
 import torch.nn.functional as F
 
 from retrieval_zoo.bounds import require_choice
+from retrieval_zoo.compiling import compile_once
 from retrieval_zoo.distributed import global_mean
 from retrieval_zoo.encoding.encoder import Encoder
 from retrieval_zoo.encoding.tokens import Tokens
 from retrieval_zoo.index.terms.term_index import TermWeightsFromParts
 from retrieval_zoo.lexical.csf_bags import Bags, CsfBags, Postings, gather_bags, max_sum_scores
-from retrieval_zoo.lexical.csf_fixed import compiled_graph, fixed_max_sum_scores
+from retrieval_zoo.lexical.csf_fixed import fixed_max_sum_scores
 from retrieval_zoo.lexical.csf_texts import TextCsfs, csf_texts, gather_texts
 from retrieval_zoo.lexical.splade import last_hidden_states, mlm_head_parts, pooled_mlm_logits
 from retrieval_zoo.losses import (
@@ -73,7 +74,7 @@ class CSurF(TermWeightsFromParts, BiEncoder[CsfBags]):
             to float32 rounding.
         compile_csfs: Run a fixed-shape step's own code, its CSFs from the encoder's hidden states (:func:`csfs_of`)
             and their scoring, through ``torch.compile``
-            (:func:`~retrieval_zoo.lexical.csf_fixed.compiled_graph`): fewer, fused kernels on a GPU, the same
+            (:func:`~retrieval_zoo.compiling.compile_once`): fewer, fused kernels on a GPU, the same
             scores to float32 rounding. Needs steps in fixed shapes (``step_shapes`` ``fixed``, or ``auto`` on CUDA).
         val_k: Validation retrieval depth.
     """
@@ -142,7 +143,7 @@ class CSurF(TermWeightsFromParts, BiEncoder[CsfBags]):
         """
         source_mask = mask.bool() & ~torch.isin(ids, self.special_ids)
         hidden = last_hidden_states(self.encoder.model, ids, mask)
-        parts = compiled_graph(csfs_of) if fixed and self.compile_csfs else csfs_of
+        parts = compile_once(csfs_of, fullgraph=True) if fixed and self.compile_csfs else csfs_of
         return parts(self, hidden, ids, source_mask, fixed)
 
     def encode_query(self, texts: list[str] | Tokens) -> CsfBags:
