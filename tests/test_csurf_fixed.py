@@ -1,6 +1,7 @@
 """CSurF's training score in shapes fixed by the batch (lexical/csf_fixed.py) against the listed pairs' score."""
 
 import itertools
+from functools import partial
 
 import pytest
 import torch
@@ -13,6 +14,7 @@ from retrieval_zoo.lexical.csf_bags import Postings, max_sum_scores
 from retrieval_zoo.lexical.csf_fixed import fixed_max_sum_scores, source_rows
 from retrieval_zoo.lexical.csf_texts import TextCsfs, csf_texts
 from retrieval_zoo.lexical.splade import max_pooled_logits
+from retrieval_zoo.methods import csurf as csurf_module
 from retrieval_zoo.methods.csurf import CSurF
 from tests.conftest import float32_rounding, tiny_encoder
 from tests.conftest import two_query_batch as batch
@@ -100,27 +102,6 @@ def test_fixed_shapes_give_the_listed_pairs_scores_and_gradients(kept: str, simi
     assert listed.detach().abs().max() > 0 and scale > 0
 
 
-def test_compiled_scoring_gives_the_eager_scores_and_gradients(monkeypatch) -> None:
-    monkeypatch.setattr(csf_fixed, "grounds_by_product", lambda vectors: True)  # a GPU's grounding, compiled here
-
-    def scored(compiled: bool, cells: int) -> tuple[torch.Tensor, tuple[torch.Tensor, ...]]:
-        generator = torch.Generator().manual_seed(0)
-        query, query_leaves = encoded(3, 6, "both", "cosine", generator)
-        docs, doc_leaves = encoded(5, 9, "both", "cosine", generator)
-        scores = fixed_max_sum_scores(query, docs, cells, compiled=compiled)
-        upstream = torch.randn(3, 5, generator=generator)
-        return scores, torch.autograd.grad((scores * upstream).sum(), query_leaves + doc_leaves)
-
-    for cells in (csf_fixed.FIXED_CELLS, 3 * 50 * 2):  # one block; two documents a block, recomputed backwards
-        (eager, eager_grads), (compiled, compiled_grads) = scored(False, cells), scored(True, cells)
-        # fused kernels may multiply a value's factors and sum its dot product in another order (bounds as above)
-        assert torch.allclose(compiled, eager, rtol=0, atol=float32_rounding(6 * 4) * float(eager.detach().abs().max()))
-        scale = max(float(g.abs().max()) for g in eager_grads)
-        for got, want in zip(compiled_grads, eager_grads, strict=True):
-            assert torch.allclose(got, want, rtol=0, atol=float32_rounding(15 * 4) * scale)
-        assert eager.abs().max() > 0 and scale > 0
-
-
 def test_compiled_csfs_need_fixed_shapes() -> None:
     with pytest.raises(ValueError, match="which method.step_shapes=data never runs"):
         CSurF(tiny_encoder(mlm_head=True), step_shapes="data", compile_csfs=True)
@@ -163,12 +144,17 @@ def test_pooled_projection_fixed_backward_equals_the_sparse_one() -> None:
 
 
 @pytest.mark.parametrize(("vector_dim", "compiled"), [(8, False), (0, False), (8, True)])
-def test_a_training_step_in_fixed_shapes_gives_the_same_losses_and_gradients(vector_dim: int, compiled: bool) -> None:
+def test_a_training_step_in_fixed_shapes_gives_the_same_losses_and_gradients(vector_dim: int, compiled: bool,
+                                                                              monkeypatch) -> None:  # fmt: skip
     def step(shapes: str) -> tuple[dict[str, float], list[torch.Tensor]]:
         torch.manual_seed(0)
         compile_csfs = compiled and shapes == "fixed"
         model = CSurF(tiny_encoder(mlm_head=True), vector_dim=vector_dim, step_shapes=shapes,
                       compile_csfs=compile_csfs).eval()  # fmt: skip
+        if compile_csfs:  # compiled, with a GPU's grounding (by product) and the documents scored 2 a block
+            monkeypatch.setattr(csf_fixed, "grounds_by_product", lambda vectors: True)
+            two_a_block = partial(fixed_max_sum_scores, cells=2 * 2 * model.vocab_size)  # 2 queries × 2 documents
+            monkeypatch.setattr(csurf_module, "fixed_max_sum_scores", two_a_block)
         small_bags(model, csfs=2000)  # a random head expands most forms: a bias leaves about 100 CSFs a text
         losses, diagnostics = model.losses(batch())
         sum(losses.values()).backward()
