@@ -211,7 +211,7 @@ def measure(args: argparse.Namespace, collection: Collection, bm25: BM25) -> Non
             small_bags(model, splade=True)  # CSurF's bags, SPLADE's vectors as small as trained ones
         model = model.to(device)
         for encoder in (m for m in model.modules() if isinstance(m, Encoder)) if args.compile else ():
-            encoder.model.compile()  # what method.encoder.compile=true does, for every backbone of the method
+            encoder.compile_model()  # what method.encoder.compile=true does, for every backbone of the method
         bare = step = None
         if model.trainable:
             batch = move_data_to_device(first_batch(model, collection, bm25, args.batch_size), device)

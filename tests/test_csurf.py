@@ -463,3 +463,13 @@ def export_expansion_weights_as_sparse_encoder(run_dir, tiny_dir, out) -> None:
         theirs = encode(texts, convert_to_tensor=True, batch_size=16).to_dense()
         atol = float32_rounding(32 * 2) * float(ours.abs().max())  # batches of 16 against ours: other sum orders
         assert torch.allclose(theirs, ours, rtol=0, atol=atol), (side, float((theirs - ours).abs().max()))
+
+
+def test_a_compiled_encoder_compiles_the_encoder_below_the_mlm_head_that_csurf_calls(monkeypatch) -> None:
+    compiled: list[torch.nn.Module] = []
+    monkeypatch.setattr(torch.nn.Module, "compile", lambda module: compiled.append(module))  # record, compile nothing
+    encoder = tiny_encoder(mlm_head=True, compile=True)
+    assert compiled == [encoder.model, encoder.model.base_model]  # DeLADE calls the first, CSurF and SPLADE the second
+    compiled.clear()
+    encoder = tiny_encoder(compile=True)  # no MLM head: the model is the encoder
+    assert compiled == [encoder.model]

@@ -50,7 +50,7 @@ class Encoder(torch.nn.Module):
             vocabulary as special tokens; None for none.
         mlm_head: Load the masked-LM model (encoder + vocabulary projection), for methods that read its logits.
         batch_size: Texts per forward pass when encoding many (a corpus, a query set).
-        compile: Compile the backbone with ``torch.compile`` (in place: its weights keep their names).
+        compile: Compile the backbone with ``torch.compile`` (:meth:`compile_model`).
     """
 
     def __init__(
@@ -77,9 +77,19 @@ class Encoder(torch.nn.Module):
             self.tokenizer.add_tokens(list(self.markers.values()), special_tokens=True)
             self.model.resize_token_embeddings(len(self.tokenizer))
         if compile:
-            self.model.compile()
+            self.compile_model()
         self._cached: dict[str, TextLookup] = {}  # side → texts whose tokens are read from a token cache
         self.token_key = uuid.uuid4().hex  # names this encoder's tokens in a TokenizedBatch
+
+    def compile_model(self) -> None:
+        """``torch.compile`` the backbone in place, its weights keeping their names.
+
+        The model's forward, and with an MLM head the encoder's below it too: the methods that read the logits
+        themselves (CSurF, SPLADE's chunked max, :meth:`hidden_states`) call that encoder, not the model.
+        """
+        self.model.compile()
+        if self.mlm_head:
+            self.model.base_model.compile()
 
     @property
     def hidden_size(self) -> int:
