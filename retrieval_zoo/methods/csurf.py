@@ -32,7 +32,7 @@ from retrieval_zoo.index.terms.term_index import TermWeightsFromParts
 from retrieval_zoo.lexical.csf_bags import Bags, CsfBags, Postings, gather_bags, max_sum_scores
 from retrieval_zoo.lexical.csf_fixed import fixed_max_sum_scores
 from retrieval_zoo.lexical.csf_texts import TextCsfs, csf_texts, gather_texts
-from retrieval_zoo.lexical.splade import last_hidden_states, mlm_head_parts, pooled_mlm_logits
+from retrieval_zoo.lexical.splade import mlm_head_parts, pooled_mlm_logits
 from retrieval_zoo.losses import (
     KlDirection,
     contrastive_nll,
@@ -142,7 +142,7 @@ class CSurF(TermWeightsFromParts, BiEncoder[CsfBags]):
         a backward pass whose sizes the shapes fix (:func:`~retrieval_zoo.lexical.splade.max_pooled_logits`).
         """
         source_mask = mask.bool() & ~torch.isin(ids, self.special_ids)
-        hidden = last_hidden_states(self.encoder.model, ids, mask)
+        hidden = self.encoder.hidden_states(ids, mask)  # the encoder below the MLM head
         parts = compile_once(csfs_of, fullgraph=True) if fixed and self.compile_csfs else csfs_of
         return parts(self, hidden, ids, source_mask, fixed)
 
