@@ -29,11 +29,13 @@ from pathlib import Path
 from hydra import compose, initialize_config_module
 from hydra.core.hydra_config import HydraConfig
 from hydra.utils import instantiate
+from lightning.pytorch.plugins import Precision
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from retrieval_zoo import retriever as contract
 from retrieval_zoo.data.collections import Collection
 from retrieval_zoo.data.formats import Run, as_written, ranked
+from retrieval_zoo.encoding.precision import encoding_precision, trainer_precision
 from retrieval_zoo.evaluation.config import configured_model
 from retrieval_zoo.evaluation.pipeline import build_collection_and_bm25, encode_then, saved_index
 from retrieval_zoo.evaluation.stages import QuerySet, prepared_retriever, with_held_out
@@ -65,8 +67,14 @@ class Retriever:
     """A trained model, its collection and its built index, searched from Python (module docstring)."""
 
     def __init__(self, cfg: DictConfig, model: RetrievalMethod, collection: Collection,
-                 searcher: contract.Retriever, tuning: dict) -> None:  # fmt: skip
+                 searcher: contract.Retriever, tuning: dict, precision: Precision | None = None) -> None:  # fmt: skip
+        """Wrap a loaded model and its built index.
+
+        ``precision`` is the plugin of the trainer that encoded the corpus, in which the queries are encoded too
+        (:mod:`retrieval_zoo.encoding.precision`); None encodes them as the model is (``32-true``).
+        """
         self.cfg, self.model, self.collection, self.searcher, self.tuning = cfg, model, collection, searcher, tuning
+        self.precision = precision or Precision()
 
     @classmethod
     def load(
@@ -99,13 +107,13 @@ class Retriever:
         collection, bm25 = build_collection_and_bm25(cfg)
         chosen = instantiate(cfg.index)
         make_trainer = partial(instantiate(cfg.trainer, _partial_=True), default_root_dir=tempfile.gettempdir())
-        saved = saved_index(cfg, model, collection)
+        saved = saved_index(cfg, model, collection, make_trainer)
         queries = with_held_out(QuerySet("load", {}, {}), collection, int(cfg.eval.tune_queries))
         prepare = partial(prepared_retriever, model, chosen, collection, bm25, queries, saved=saved)
         prepared = encode_then(cfg, model, chosen, collection, bm25, make_trainer, prepare, saved)
         if prepared is None:
             raise RuntimeError("Retriever.load searches in one process: not under a multi-process trainer")
-        return cls(cfg, model, collection, *prepared)
+        return cls(cfg, model, collection, *prepared, trainer_precision(make_trainer))
 
     def search_batch(self, queries: dict[str, str], k: int = 1000) -> Run:
         """The top ``k`` of each query, qid → {docid: score}, with the scores a run file holds.
@@ -114,7 +122,8 @@ class Retriever:
         the runs are ``search.py``'s.
         """
         self.model.cache_queries({f"search/{qid}": text for qid, text in queries.items()})
-        return as_written(self.searcher.search(queries, k))
+        with encoding_precision(self.precision, self.model):
+            return as_written(self.searcher.search(queries, k))
 
     def search(self, query: str, k: int = 10) -> list[Hit]:
         """The top ``k`` documents for one query, best first, with each fused part's score and the text.
@@ -123,7 +132,8 @@ class Retriever:
         """
         if not query.strip():
             raise ValueError("an empty query: nothing to search")
-        fused, part_runs = self.searcher.search_with_parts({"query": query}, k, self.searcher.depth)
+        with encoding_precision(self.precision, self.model):
+            fused, part_runs = self.searcher.search_with_parts({"query": query}, k, self.searcher.depth)
         found = ranked(as_written(fused)["query"])
         parts = {part: as_written(run)["query"] for part, run in part_runs.items()}
         corpus = self.collection.corpus

@@ -27,6 +27,7 @@ LAYERS = [  # lowest first; a module may import from its own layer and the ones 
             "term_matrix",
             "encoding.tokens",
             "encoding.encoder",
+            "encoding.precision",
             "hub_modules",
             "bounds",
             "host_work",

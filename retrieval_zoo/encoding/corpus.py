@@ -5,7 +5,8 @@ trainer.devices=2`` on CPUs) encodes the corpus on every device: rank r takes th
 and a prediction writer stores each shard as soon as it is encoded (:class:`retrieval_zoo.index.shards.CorpusShards`).
 A shard holds what the run's index needs of its documents (:meth:`retrieval_zoo.index.index.Index.doc_encoder`:
 vectors, term weights or bags of CSFs). The shard files live under a folder named by a hash of the model's weights,
-its encoding settings, the representation, the corpus files and the shard size, so a killed encoding resumes with
+its encoding settings, the representation, the trainer's precision (``bf16-mixed`` vectors are not ``32-true``
+ones), the corpus files and the shard size, so a killed encoding resumes with
 the shards it had not finished, and retrieval-time variants of one model (DLR slicing, λ, pruning) skip the encoder
 altogether.
 """
@@ -25,6 +26,7 @@ from torch.utils.data import DataLoader
 from retrieval_zoo.cache import cache_root, fingerprint
 from retrieval_zoo.data.collections import Collection
 from retrieval_zoo.data.corpus_store import corpus_ids
+from retrieval_zoo.encoding.precision import trainer_precision
 from retrieval_zoo.index.index import Index
 from retrieval_zoo.index.shards import CorpusShards, Payload, ShardEncoder
 from retrieval_zoo.lexical.lucene_bm25 import BM25
@@ -127,7 +129,8 @@ def encode_corpus(
     if not index.encodes_corpus(method):
         return None, rank_zero_only.rank == 0
     digest = weights_digest(method)
-    settings = method.encoding_settings() | {"representation": index.representation(method)}
+    precision = trainer_precision(make_trainer).precision
+    settings = method.encoding_settings() | {"representation": index.representation(method), "precision": precision}
     key = fingerprint("corpus-shards", digest, collection.corpus_fingerprint, settings, shard_size)
     folder = Path(cache_dir or cache_root()) / "encoded" / key
     docids = corpus_ids(collection.corpus)

@@ -20,6 +20,7 @@ from retrieval_zoo.cache import fingerprint
 from retrieval_zoo.data.collections import Collection
 from retrieval_zoo.data.query_sets import QuerySource
 from retrieval_zoo.encoding.corpus import encode_corpus, weights_digest
+from retrieval_zoo.encoding.precision import encoding_precision, trainer_precision
 from retrieval_zoo.evaluation.search_runs import search_query_source
 from retrieval_zoo.evaluation.stages import evaluate_method
 from retrieval_zoo.index.index import Index, check_pair
@@ -98,7 +99,7 @@ def encode_and_evaluate(
         What ``results.json`` holds, on rank 0; None on the other ranks, which serve an index split over the ranks
         while rank 0 searches it, and return after.
     """
-    settings, saved = cfg.eval, saved_index(cfg, model, collection)
+    settings, saved = cfg.eval, saved_index(cfg, model, collection, make_trainer)
     split = settings.get("split") or collection.eval_split
     evaluate = partial(evaluate_method, model, index, collection, bm25, split, settings.k, out_dir, name,
                        settings.tune_queries, settings.get("roc_k", 10), settings.get("explain", 0),
@@ -115,7 +116,7 @@ def encode_and_search(
     Returns:
         What ``search.json`` holds, on rank 0; None on the other ranks (see :func:`encode_and_evaluate`).
     """
-    saved = saved_index(cfg, model, collection)
+    saved = saved_index(cfg, model, collection, make_trainer)
     search = partial(search_query_source, model, index, collection, bm25, source, cfg.eval.k, out_dir, name,
                      cfg.eval.tune_queries, saved=saved)  # fmt: skip
     return encode_then(cfg, model, index, collection, bm25, make_trainer, search, saved)
@@ -127,26 +128,33 @@ def encode_then(
 ) -> T | None:  # fmt: skip
     """Encode the corpus on every rank, then ``then(shards)`` on rank 0 while the other ranks serve a split index.
 
-    With a ``saved`` index folder (``index_dir``) that holds this index ready, nothing is encoded.
+    With a ``saved`` index folder (``index_dir``) that holds this index ready, nothing is encoded. What follows the
+    corpus's encoding (queries, an index that encodes on demand) runs in the trainer's precision, as the corpus did.
     """
+    precision = encoding_precision(trainer_precision(make_trainer), model)
     if saved is not None and saved.state() == "ready":
-        return then(None) if rank_zero_only.rank == 0 else None
+        with precision:
+            return then(None) if rank_zero_only.rank == 0 else None
     with exit_code_on_sigterm():
         shards, rank_zero = encode_for_index(model, index, collection, bm25, make_trainer, cfg.encode)
-    if not rank_zero:
-        index.serve(model, collection, bm25, shards)
-        return None
-    return then(shards)
+    with precision:
+        if not rank_zero:
+            index.serve(model, collection, bm25, shards)
+            return None
+        return then(shards)
 
 
-def saved_index(cfg: DictConfig, model: RetrievalMethod, collection: Collection) -> SavedIndex | None:
-    """The ``index_dir`` of this run's model, collection and index settings; None without one."""
+def saved_index(
+    cfg: DictConfig, model: RetrievalMethod, collection: Collection, make_trainer: Callable[..., L.Trainer]
+) -> SavedIndex | None:
+    """The ``index_dir`` of this run's model, collection, index settings and precision; None without one."""
     if not cfg.get("index_dir"):
         return None
     model_digest = weights_digest(model) if model.trainable else fingerprint(OmegaConf.to_container(cfg.method))
     index_config = OmegaConf.to_container(cfg.index, resolve=True)
+    encoding = model.encoding_settings() | {"precision": trainer_precision(make_trainer).precision}
     identity = index_identity(str(cfg.method_name), model_digest, collection, str(cfg.index_name), index_config,
-                              model.encoding_settings())  # fmt: skip
+                              encoding)  # fmt: skip
     return SavedIndex(cfg.index_dir, identity)
 
 

@@ -11,6 +11,7 @@ The encoding is split over ranks too. In one process the documents are encoded o
 nothing is stored. Under DDP, rank r encodes the shards r, r + world, ... into a folder every rank reads
 (``shards_dir``, by default ``validation-shards/`` in the run's directory: ranks on several nodes need it on a shared
 file system), every rank builds the index from all the shards, and the folder is removed at the end of the epoch.
+Both encode and search in the trainer's precision, as its steps run (:mod:`retrieval_zoo.encoding.precision`).
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from retrieval_zoo.bounds import require_choice
 from retrieval_zoo.cache import fingerprint
 from retrieval_zoo.data.collections import Collection
 from retrieval_zoo.data.corpus_store import corpus_ids
+from retrieval_zoo.encoding.precision import encoding_precision
 from retrieval_zoo.index.index import Index, Retriever
 from retrieval_zoo.index.shards import CorpusShards
 from retrieval_zoo.lexical.lucene_bm25 import BM25
@@ -90,9 +92,10 @@ class RetrievalValidation(L.Callback):
         pl_module.cache_queries({q: queries[q] for q in datamodule.val_qids})
         collection = self.collection(datamodule)
         shards = None
-        if trainer.world_size > 1 and self.index.encodes_corpus(pl_module):
-            shards = self._encode_shares(trainer, pl_module, collection)
-        self._retriever = self.index.build(pl_module, collection, self.bm25, shards)
+        with encoding_precision(trainer.precision_plugin, pl_module):  # hooks run outside Lightning's autocast
+            if trainer.world_size > 1 and self.index.encodes_corpus(pl_module):
+                shards = self._encode_shares(trainer, pl_module, collection)
+            self._retriever = self.index.build(pl_module, collection, self.bm25, shards)
         self._metrics = RankingMetrics(pl_module.val_k, pl_module.device)
 
     def shards_root(self, trainer: L.Trainer) -> Path:
@@ -131,7 +134,8 @@ class RetrievalValidation(L.Callback):
         datamodule = trainer.datamodule
         queries = datamodule.collection.queries[datamodule.val_split]
         qrels = datamodule.collection.qrels[datamodule.val_split]
-        run = self._retriever.search({q: queries[q] for q in batch}, pl_module.val_k)
+        with encoding_precision(trainer.precision_plugin, pl_module):
+            run = self._retriever.search({q: queries[q] for q in batch}, pl_module.val_k)
         self._metrics.update(run, {q: qrels[q] for q in batch}, datamodule.val_numbers)
 
     def on_validation_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
