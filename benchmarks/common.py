@@ -72,15 +72,28 @@ def composed(group: str, name: str, *overrides: str, also: tuple[str, ...] = ())
     With ``also``, a tuple: that group's object and then each other group's of the same composition (e.g. the
     index a method's config picks).
     """
+    from hydra.utils import instantiate
+
+    cfg = composed_config(group, name, *overrides)
+    return tuple(instantiate(cfg[g]) for g in (group, *also)) if also else instantiate(cfg[group])
+
+
+def composed_class(group: str, name: str) -> type:
+    """The class ``conf/<group>/<name>.yaml`` instantiates (its ``_target_``), without building it."""
+    from hydra.utils import get_class
+
+    return get_class(composed_config(group, name)[group]._target_)
+
+
+def composed_config(group: str, name: str, *overrides: str) -> object:
+    """The train config with ``<group>=<name>`` and ``overrides``, composed as train.py composes it."""
     from pathlib import Path
 
     from hydra import compose, initialize_config_dir
-    from hydra.utils import instantiate
 
     conf = Path(__file__).resolve().parents[1] / "retrieval_zoo" / "conf"
     with initialize_config_dir(config_dir=str(conf), version_base="1.3"):
-        cfg = compose("train", [f"{group}={name}", *overrides])
-    return tuple(instantiate(cfg[g]) for g in (group, *also)) if also else instantiate(cfg[group])
+        return compose("train", [f"{group}={name}", *overrides])
 
 
 TRAINED_BAG = 256  # about the CSFs a document a trained CSurF keeps (README: 230–500 on the embedded collection)

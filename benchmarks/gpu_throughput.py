@@ -31,7 +31,16 @@ from functools import partial
 import torch
 from lightning.fabric.utilities.apply_func import move_data_to_device
 
-from benchmarks.common import autocast_for, composed, first_batch, header, side_by_side, small_bags, synced
+from benchmarks.common import (
+    autocast_for,
+    composed,
+    composed_class,
+    first_batch,
+    header,
+    side_by_side,
+    small_bags,
+    synced,
+)
 from benchmarks.host_syncs import report_syncs, train_step
 from benchmarks.recorded_bm25 import RecordedBM25, bm25_for
 from retrieval_zoo.data.collections import Collection, embedded
@@ -104,12 +113,12 @@ def fixed_cost_inputs(
 ) -> tuple[object, object]:
     """(model, batch) of ``--fixed-cost``'s step: 2 queries × (1 + 1) documents of at most 8 tokens, tiny_random.
 
-    The batch is None for a method that does not train.
+    (None, None) for a method that does not train (whose encoder, if any, has no lengths to set).
     """
+    if not composed_class("method", method).trainable:
+        return None, None
     lengths = ("method.encoder.query_max_length=8", "method.encoder.doc_max_length=8")
     model = composed("method", method, "backbone=tiny_random", *lengths, *overrides)
-    if not model.trainable:
-        return model, None
     small_bags(model)
     return model, first_batch(model, collection, bm25, batch_size=2)
 
