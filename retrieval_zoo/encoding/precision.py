@@ -3,10 +3,11 @@
 Lightning runs its training, validation and predict steps inside its precision plugin's context (autocast for
 ``16-mixed`` and ``bf16-mixed``), with the model cast for the ``-true`` precisions, but not its callback hooks or
 what a program does after ``predict``. Validation indexes the corpus and searches its queries in hooks; an
-evaluation, a search and :class:`retrieval_zoo.Retriever` encode their queries (and an index that encodes on demand,
-its corpus) after the corpus's predict. They run inside :func:`encoding_precision` with the run trainer's plugin, so
-under ``trainer=gpu`` (``bf16-mixed``) every text is encoded as the training batches and the corpus are, not the
-queries in float32 against documents in bfloat16. Under ``32-true``, the CPU default, nothing changes.
+evaluation, a search, :class:`retrieval_zoo.Retriever` and the CIFF export encode their queries (and an index that
+encodes on demand, its corpus) after the corpus's predict. They run inside :func:`encoding_precision` with the run
+trainer's plugin, so under ``trainer=gpu`` (``bf16-mixed``) every text is encoded as the training batches and the
+corpus are, not the queries in float32 against documents in bfloat16. Under ``32-true``, the CPU default, nothing
+changes.
 """
 
 from __future__ import annotations

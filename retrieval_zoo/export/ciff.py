@@ -32,6 +32,7 @@ from omegaconf import DictConfig, OmegaConf
 from retrieval_zoo.config_check import check_config
 from retrieval_zoo.data.corpus_store import corpus_ids
 from retrieval_zoo.encoding.batching import encode_payload
+from retrieval_zoo.encoding.precision import encoding_precision, trainer_precision
 from retrieval_zoo.evaluation.pipeline import build_collection_and_bm25, encode_for_index
 from retrieval_zoo.index.representations import TermEncoder
 from retrieval_zoo.index.shards import CorpusShards
@@ -68,12 +69,14 @@ def export(cfg: DictConfig, model: RetrievalMethod, out: Path) -> dict:
     index, (collection, bm25) = Sparse(), build_collection_and_bm25(cfg)
     make_trainer = partial(instantiate(cfg.trainer, _partial_=True), default_root_dir=str(out))
     shards, _ = encode_for_index(model, index, collection, bm25, make_trainer, cfg.encode)
+    precision = trainer_precision(make_trainer)  # what follows encodes as the corpus's predict did
     encoder = model.term_encoder(collection, bm25)
     name = "index.ciff.gz" if cfg.gzip else "index.ciff"
     with tempfile.TemporaryDirectory(prefix="retrieval_zoo-ciff-", dir=out) as work:
         if shards is None:  # an off-the-shelf method, encoded on demand: once, into the work folder, not per pass
             shards = CorpusShards(corpus_ids(collection.corpus), cfg.encode.shard_size, Path(work) / "shards")
-            shards.encode_into(encoder.encode_docs, range(len(shards)))
+            with encoding_precision(precision, model):
+                shards.encode_into(encoder.encode_docs, range(len(shards)))
         scale, _, _ = scan(shards, encoder.discard, cfg.levels)
         spilled = spill(shards, encoder.discard, scale, Path(work) / "impacts")
         count, lists = term_lists(spilled, encoder.terms)
@@ -82,7 +85,8 @@ def export(cfg: DictConfig, model: RetrievalMethod, out: Path) -> dict:
         write_ciff(out / name, lists, count, shards.docids, spilled.doc_lengths, description)
     split = cfg.split or collection.eval_split
     queries = collection.queries[split]
-    vectors = query_vectors(encoder, queries, cfg.query_levels)
+    with encoding_precision(precision, model):
+        vectors = query_vectors(encoder, queries, cfg.query_levels)
     with open(out / f"queries.{split}.jsonl", "w", encoding="utf-8") as lines:
         lines.writelines(json.dumps(vector, ensure_ascii=False) + "\n" for vector in vectors)
     summary = {"method": str(cfg.method_name), "dataset": str(cfg.dataset_name), "run_dir": cfg.run_dir,
