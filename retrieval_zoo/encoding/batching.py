@@ -24,6 +24,7 @@ import torch
 from torch.utils.data import DataLoader, Dataset
 from tqdm import tqdm
 
+from retrieval_zoo.encoding.precision import encoding
 from retrieval_zoo.encoding.tokens import CachedTexts, Tokens
 from retrieval_zoo.term_matrix import cat_rows, is_csr, take_rows, to_csr
 
@@ -191,8 +192,9 @@ def encode_payload(
 
     def encoded() -> Iterator[tuple[list[int], dict[str, torch.Tensor]]]:
         for batch, items in prepared_batches(texts, batch_size, lengths, prepare, desc, workers):
-            values = encode(items).items()
-            yield batch, {name: v if name in as_csr else v.float() for name, v in values if v is not None}
+            with encoding():
+                values = encode(items)
+            yield batch, {name: v if name in as_csr else v.float() for name, v in values.items() if v is not None}
 
     unlisted = lambda values: sum(held_bytes(v) for name, v in values.items() if name in as_csr)  # noqa: E731
     for group in held_groups(encoded(), unlisted):

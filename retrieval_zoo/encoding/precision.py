@@ -5,16 +5,19 @@ Lightning runs its training, validation and predict steps inside its precision p
 what a program does after ``predict``. Validation indexes the corpus and searches its queries in hooks; an
 evaluation, a search, :class:`retrieval_zoo.Retriever` and the CIFF export encode their queries (and an index that
 encodes on demand, its corpus) after the corpus's predict. They run inside :func:`encoding_precision` with the run
-trainer's plugin, so under ``trainer=gpu`` (``bf16-mixed``) every text is encoded as the training batches and the
-corpus are, not the queries in float32 against documents in bfloat16. Under ``32-true``, the CPU default, nothing
-changes.
+trainer's plugin, and each encoding call inside :func:`encoding`, so under ``trainer=gpu`` (``bf16-mixed``) every text
+is encoded as the training batches and the corpus are, not the queries in float32 against documents in bfloat16.
+Scoring stays outside: an index's products of query and document representations run in float32 whatever the
+precision (autocast would take them to bfloat16, and a CPU has no bfloat16 sparse product). Under ``32-true``, the
+CPU default, nothing changes.
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager, nullcontext
+from contextvars import ContextVar
 
 import lightning as L
 import torch
@@ -22,6 +25,8 @@ from lightning.pytorch.plugins import Precision
 
 # where Lightning says which devices it found and that it autocasts: the run's own trainers have said it already
 LIGHTNING_INFO = "lightning.pytorch.utilities.rank_zero"
+
+_PRECISION: ContextVar[Precision | None] = ContextVar("encoding precision", default=None)
 
 
 def trainer_precision(make_trainer: Callable[..., L.Trainer]) -> Precision:
@@ -42,12 +47,24 @@ def trainer_precision(make_trainer: Callable[..., L.Trainer]) -> Precision:
 
 @contextmanager
 def encoding_precision(precision: Precision, module: torch.nn.Module) -> Iterator[None]:
-    """Encode inside ``precision``'s forward context, ``module`` cast as the plugin casts what it runs.
+    """Within: each encoding call (:func:`encoding`) in ``precision``'s forward context, ``module`` cast as it casts.
 
     Args:
         precision: The run trainer's plugin (:func:`trainer_precision`, or a fitting trainer's ``precision_plugin``).
         module: The method; the ``-true`` precisions cast it in place, as Lightning does before its steps.
     """
     precision.convert_module(module)
-    with precision.forward_context():
+    token = _PRECISION.set(precision)
+    try:
         yield
+    finally:
+        _PRECISION.reset(token)
+
+
+def encoding() -> AbstractContextManager:
+    """The context of one call of a model's encoder: the run trainer's inside :func:`encoding_precision`, else none.
+
+    Around the encoder call alone, not what is done with its output (scoring, listing), which stays in float32.
+    """
+    precision = _PRECISION.get()
+    return nullcontext() if precision is None else precision.forward_context()

@@ -24,6 +24,7 @@ import torch
 
 from retrieval_zoo.data.formats import Run
 from retrieval_zoo.encoding.batching import PLAIN_QUERIES, QueryPrep, prepared_batches
+from retrieval_zoo.encoding.precision import encoding
 from retrieval_zoo.id_index import IdIndex
 from retrieval_zoo.index.csurf.explain import CsfWords, best_pairs, document_csfs, explanation
 from retrieval_zoo.index.csurf.lists import ListTotals, build_lists, load_lists, save_lists
@@ -167,7 +168,9 @@ class CsfRetriever(Retriever):
         with torch.inference_mode():
             lengths, prepare = rank_zeros(self.queries.lengths(texts)), self.queries.prepare  # the same batches
             for rows, items in prepared_batches(texts, self.query_batch_size, lengths, prepare, "search CSFs"):
-                bags = bags_to(self.encode_query(items), self.device)
+                with encoding():
+                    bags = self.encode_query(items)
+                bags = bags_to(bags, self.device)
                 scores, found, pairs = self._search_lists(bags, k)
                 scores, found = gather_topk(scores, found, k)
                 batch_qids = [qids[query] for query in rows]
@@ -211,7 +214,9 @@ class CsfRetriever(Retriever):
         docs = self.docids if isinstance(self.docids, IdIndex) else IdIndex(self.docids)  # a lookup, not a corpus loop
         rows = dict(zip(wanted, docs.known_rows(wanted, "the CSF lists' documents").tolist(), strict=True))
         with torch.inference_mode():
-            bags = bags_to(self.encode_query(texts), self.device)
+            with encoding():
+                bags = self.encode_query(texts)
+            bags = bags_to(bags, self.device)
         query_tokens, records = self.words.tokens(texts, "query"), []
         for number, qid in enumerate(qids):
             query, top = bags.select(bags.text == number), tops[qid]

@@ -7,13 +7,14 @@ A shard of the corpus is encoded once into named tensors (:func:`encode_bags_pay
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Literal
 
 import torch
 
 from retrieval_zoo.bounds import require_choice
 from retrieval_zoo.encoding.batching import Item, Texts, held_bytes, held_groups, prepared_batches
+from retrieval_zoo.encoding.precision import encoding
 from retrieval_zoo.index.shards import Payload
 from retrieval_zoo.lexical.csf_bags import CsfBags, cat_fields
 from retrieval_zoo.lexical.csf_texts import TextCsfs
@@ -45,8 +46,7 @@ def encode_bags_payload(encode: CsfEncoder, texts: Texts, batch_size: int) -> Pa
     rows: list[int] = []
     cpu = torch.device("cpu")
     with torch.inference_mode():
-        encoded = ((batch, encode(items)) for batch, items in prepared_batches(texts, batch_size, desc="encode CSFs"))
-        for group in held_groups(encoded, _unlisted_bytes):
+        for group in held_groups(_encoded(encode, texts, batch_size), _unlisted_bytes):
             group_rows = [row for batch, _ in group for row in batch]
             parts.append(bags_to(_listed(group), cpu, torch.tensor(group_rows)))
             rows += group_rows
@@ -55,6 +55,13 @@ def encode_bags_payload(encode: CsfEncoder, texts: Texts, batch_size: int) -> Pa
     tokens[torch.tensor(rows)] = token_counts(bags).float()
     payload = {name: getattr(bags, name) for name in PAYLOAD_FIELDS if getattr(bags, name) is not None}
     return payload | {"tokens": tokens, "length": torch.tensor(bags.length)}
+
+
+def _encoded(encode: CsfEncoder, texts: Texts, batch_size: int) -> Iterator[tuple[list[int], TextCsfs]]:
+    for batch, items in prepared_batches(texts, batch_size, desc="encode CSFs"):
+        with encoding():
+            csfs = encode(items)
+        yield batch, csfs
 
 
 def _listed(group: list[tuple[list[int], TextCsfs]]) -> CsfBags:

@@ -19,6 +19,7 @@ from tqdm import tqdm
 
 from retrieval_zoo.data.formats import Run
 from retrieval_zoo.encoding.batching import PLAIN_QUERIES, Item, Prepare, QueryPrep, prepared_batches
+from retrieval_zoo.encoding.precision import encoding
 from retrieval_zoo.index.shards import CorpusShards, Payload, merge_topk
 from retrieval_zoo.index.terms.dlr import Slicing, densify, explain, hybrid
 from retrieval_zoo.index.terms.gip_search import GipIndex
@@ -81,7 +82,9 @@ def represent(
     filled: tuple[np.ndarray, np.ndarray] | None = None
     cls_dims = 0
     for batch, texts in prepared_batches(items, batch_size, lengths, prepare, desc):
-        part_values, part_indices, cls_dims = densify_parts(*encode(texts), slicing, lam)
+        with encoding():
+            parts = encode(texts)
+        part_values, part_indices, cls_dims = densify_parts(*parts, slicing, lam)
         if filled is None:
             shape = (len(items), part_values.shape[1])
             filled = np.empty(shape, dtype=np.float16), np.empty(shape, dtype=part_indices.dtype)

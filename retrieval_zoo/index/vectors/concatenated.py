@@ -17,6 +17,7 @@ from retrieval_zoo.cache import atomic_path, entry_lock, fingerprint
 from retrieval_zoo.data.collections import Collection
 from retrieval_zoo.data.formats import Run
 from retrieval_zoo.encoding.batching import Texts, encode_all
+from retrieval_zoo.encoding.precision import encoding
 from retrieval_zoo.evaluation.metrics import Measure
 from retrieval_zoo.id_index import IdIndex
 from retrieval_zoo.index.index import TENTHS_TO_TWO, EncodingIndex
@@ -156,7 +157,9 @@ def query_encoder(method: OffersLexicalSemantic, bm25: BM25) -> QueryEncoder:
 
     def encode_queries(queries: dict[str, str]) -> tuple[np.ndarray, np.ndarray]:
         texts = list(queries.values())
-        q_lex = method.projection.project(bm25.query_idf(texts)).numpy()
+        idf = bm25.query_idf(texts)
+        with encoding():  # RoC's random projection is part of its encoder (its training step projects in autocast)
+            q_lex = method.projection.project(idf).float().numpy()
         prep = method.query_prep()
         q_semantic = encode_all(method.encode_query, texts, method.encode_batch_size, "queries",
                                 prep.lengths(texts), prep.prepare)  # fmt: skip
