@@ -131,13 +131,13 @@ def encode_then(
     With a ``saved`` index folder (``index_dir``) that holds this index ready, nothing is encoded. What follows the
     corpus's encoding (queries, an index that encodes on demand) runs in the trainer's precision, as the corpus did.
     """
-    precision = encoding_precision(trainer_precision(make_trainer), model)
+    in_precision = encoding_precision(trainer_precision(make_trainer), model)
     if saved is not None and saved.state() == "ready":
-        with precision:
+        with in_precision:
             return then(None) if rank_zero_only.rank == 0 else None
     with exit_code_on_sigterm():
         shards, rank_zero = encode_for_index(model, index, collection, bm25, make_trainer, cfg.encode)
-    with precision:
+    with in_precision:
         if not rank_zero:
             index.serve(model, collection, bm25, shards)
             return None
