@@ -45,6 +45,27 @@ def autocast_for(device: torch.device, precision: str) -> Callable[[], contextli
     return autocast
 
 
+Searching = Callable[[torch.nn.Module], contextlib.AbstractContextManager]
+
+
+def searching_for(device: torch.device, precision: str) -> Searching:
+    """A factory of the context an index is built and searched in, as the pipeline does after the corpus's predict.
+
+    Each encoder call in bf16 autocast as ``trainer=gpu``, the scoring in float32
+    (:mod:`retrieval_zoo.encoding.precision`).
+    """
+    from lightning.pytorch.plugins import MixedPrecision
+
+    from retrieval_zoo.encoding.precision import encoding_precision
+
+    def searching(model: torch.nn.Module) -> contextlib.AbstractContextManager:
+        if precision == "fp32":
+            return contextlib.nullcontext()
+        return encoding_precision(MixedPrecision("bf16-mixed", device.type), model)
+
+    return searching
+
+
 def side_by_side(fns: dict[str, Callable[[], object]], repeat: int = 5, warmup: int = 1) -> dict[str, float]:
     """Best-of-``repeat`` wall time of each function, timed in alternation so that load from other processes
     hits every function alike."""

@@ -19,7 +19,7 @@ from functools import partial
 import torch
 from lightning.fabric.utilities.apply_func import move_data_to_device
 
-from benchmarks.common import autocast_for, composed, first_batch, header, small_bags
+from benchmarks.common import autocast_for, composed, first_batch, header, searching_for, small_bags
 from benchmarks.host_syncs import train_step
 from benchmarks.recorded_bm25 import bm25_for
 from retrieval_zoo.data.collections import embedded
@@ -60,7 +60,7 @@ def main() -> None:
     args = parser.parse_args()
     device, collection = torch.device(args.device), embedded("default")
     bm25 = bm25_for(collection, args.bm25)
-    autocast = autocast_for(device, args.precision)
+    autocast, searching = autocast_for(device, args.precision), searching_for(device, args.precision)
     docids = list(collection.corpus)[: args.docs]
     header(f"Profiles on {device} ({args.backbone}, {args.precision})")
     for method in args.methods.split(","):
@@ -80,11 +80,11 @@ def main() -> None:
         profiled(f"{method}: encoding {len(docids)} documents", encoding, device, args.rows)
         if method == "csurf" and args.queries > 0:
             queries = dict(list(collection.judged_queries("dev").items())[: args.queries])
-            with torch.inference_mode(), autocast():
+            with torch.inference_mode(), searching(model):
                 retriever = InvertedLists().build(model, collection, bm25)
 
-            def search(retriever: object = retriever, queries: dict = queries) -> None:
-                with torch.inference_mode(), autocast():
+            def search(retriever: object = retriever, queries: dict = queries, model: torch.nn.Module = model) -> None:
+                with torch.inference_mode(), searching(model):
                     retriever.search(queries, 1000)
 
             profiled(f"csurf: search of {len(queries)} queries", search, device, args.rows)

@@ -37,6 +37,7 @@ from benchmarks.common import (
     composed_class,
     first_batch,
     header,
+    searching_for,
     side_by_side,
     small_bags,
     synced,
@@ -238,7 +239,7 @@ def measure(args: argparse.Namespace, collection: Collection, bm25: BM25) -> Non
         print(f"| {method} | {steps} | {n / project:,.0f} | {replayed} |")
         if method == "csurf" and args.queries > 0:
             queries = dict(list(collection.judged_queries("dev").items())[: args.queries])
-            with torch.inference_mode(), autocast():
+            with torch.inference_mode(), searching_for(device, args.precision)(model):
                 retriever = InvertedLists().build(model, collection, bm25)
                 seconds = side_by_side({"search": synced(partial(retriever.search, queries, 1000))}, repeat=2)
             print(f"\nCSurF search on {retriever.device}: {1000 * seconds['search'] / len(queries):.1f} ms a query "

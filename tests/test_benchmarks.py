@@ -30,16 +30,19 @@ def test_benchmark_imports_resolve(path: Path) -> None:
 
 @pytest.mark.slow
 def test_gpu_throughput_measures_every_method_on_a_tiny_backbone(tiny, tiny_bm25, tmp_path, monkeypatch, capsys):
-    """The benchmark runs each method's real step, encoding and search (a signature drift fails here, not on a GPU)."""
+    """The benchmark runs each method's real step, encoding and search (a signature drift fails here, not on a GPU),
+    in bf16 as on the GPU machine, with each trained method's fixed cost."""
     from benchmarks.gpu_throughput import METHODS, measure, parse_args
 
     monkeypatch.setenv("RETRIEVAL_ZOO_CACHE", str(tmp_path))
     args = parse_args(["--device", "cpu", "--backbone", "tiny_random", "--docs", "12", "--queries", "4",
-                       "--batch-size", "4", "--repeat", "1"])  # fmt: skip
+                       "--batch-size", "4", "--repeat", "1", "--precision", "bf16", "--fixed-cost"])  # fmt: skip
     measure(args, tiny, tiny_bm25)
-    rows = {line.split("|")[1].strip(): line.split("|")[2:-1] for line in capsys.readouterr().out.splitlines()
-            if line.startswith("| ") and not line.startswith("| method")}  # fmt: skip
-    assert set(rows) == set(METHODS)
+    tables = capsys.readouterr().out.split("## Fixed cost")
+    rows, fixed = ({line.split("|")[1].strip(): line.split("|")[2:-1] for line in table.splitlines()
+                    if line.startswith("| ") and not line.startswith("| method")} for table in tables)  # fmt: skip
+    assert set(rows) == set(METHODS) and set(fixed) == set(METHODS) - {"dlr_splade", "dhr_bm25_dense"}
+    assert all(float(cell) > 0 for cells in fixed.values() for cell in cells), fixed
     for method, cells in rows.items():
         trained = method not in ("dlr_splade", "dhr_bm25_dense")
         assert all(float(cell.replace(",", "")) > 0 for cell in (cells if trained else cells[3:])), (method, cells)
