@@ -139,3 +139,24 @@ def test_each_retriever_family_builds_and_searches_on_bf16_encodings(method_name
         fused, parts = retriever.search_with_parts(queries, 10, 20)
     assert run.keys() == queries.keys() and fused == run and parts.keys() == set(retriever.fused_parts)
     assert any(run.values()) and all(math.isfinite(score) for docs in run.values() for score in docs.values())
+
+
+def test_the_ciff_export_encodes_documents_and_queries_in_the_trainers_precision(tiny_dir, tmp_path) -> None:
+    from hydra import compose, initialize_config_dir
+    from hydra.core.hydra_config import HydraConfig
+
+    from retrieval_zoo.export.ciff import export
+    from tests.test_end_to_end import REPO, tiny_dataset
+
+    overrides = ["method=dlr_splade", *tiny_dataset(tiny_dir), "trainer.precision=bf16-mixed",
+                 f"encode.cache_dir={tmp_path / 'cache'}", f"out={tmp_path / 'out'}"]  # fmt: skip
+    with initialize_config_dir(config_dir=str(REPO / "retrieval_zoo" / "conf"), version_base="1.3"):
+        cfg = compose("export_ciff", overrides, return_hydra_config=True)
+    HydraConfig.instance().set_config(cfg)  # the identity keys read hydra's choices
+    model = instantiate(cfg.method)
+    forwards: list[bool] = []  # whether autocast was on at each forward pass of the encoder below the MLM head
+    model.encoder.model.base_model.register_forward_hook(lambda *_: forwards.append(torch.is_autocast_enabled("cpu")))
+    (tmp_path / "out").mkdir()
+    summary = export(cfg, model, tmp_path / "out")
+    assert summary["documents"] == len(tiny_dir.joinpath("collection.tsv").read_text().splitlines())
+    assert len(forwards) > 2 and all(forwards)  # the corpus (encoded on demand: nothing trained) and the queries
