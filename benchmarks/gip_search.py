@@ -56,7 +56,7 @@ def main() -> None:
     gip, bm25, docids = Gip(slices=args.slices, first_stage=None), BM25(collection), list(collection.corpus)
     encode = gip.doc_encoder(model, collection, bm25)
     one_shard = CorpusShards.on_demand(docids, encode, len(docids))
-    with torch.inference_mode():  # densified into M slices, in one shard, so that K′ counts over the whole corpus
+    with torch.inference_mode():  # densified into M slices in one shard: the index whose searches are timed
         retriever = gip.build(model, collection, bm25, one_shard)
     index, qids = retriever.index, list(queries)
     values, indices = retriever.represent_queries(queries)

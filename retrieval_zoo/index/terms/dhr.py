@@ -2,9 +2,10 @@
 
 The corpus's lexical vectors are read shard by shard (:mod:`retrieval_zoo.index.shards`) and densified in batches,
 so the |V|-dimensional vectors never exist for more than one shard; a [CLS] part, when there is one, is appended as
-√λ·[CLS] (Eq. 15–16). Each shard becomes its own GIP index. Search is GIP (Eq. 11), exact or in two stages (Eq. 18),
-in every shard, whose top k are merged. Either part can be searched alone by zeroing the other part of the
-query values, which is how evaluation reports the lexical and [CLS] components.
+√λ·[CLS] (Eq. 15–16). Each shard becomes its own GIP index. Exact GIP (Eq. 11) searches every shard and merges
+their top k; two-stage search (Eq. 18) keeps the K′ best of the whole corpus by its first stage, then re-ranks them
+by exact GIP (:mod:`retrieval_zoo.index.terms.gip_shards`). Either part can be searched alone by zeroing the other
+part of the query values, which is how evaluation reports the lexical and [CLS] components.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from retrieval_zoo.encoding.precision import encoding
 from retrieval_zoo.index.shards import CorpusShards, Payload, merge_topk
 from retrieval_zoo.index.terms.dlr import Slicing, densify, explain, hybrid
 from retrieval_zoo.index.terms.gip_search import GipIndex
+from retrieval_zoo.index.terms.gip_shards import search_shards
 from retrieval_zoo.lexical.lucene_bm25 import FEW_QUERIES
 from retrieval_zoo.retriever import Retriever
 from retrieval_zoo.term_matrix import row_range
@@ -222,7 +224,14 @@ class DhrRetriever(PartSearch):
             else:
                 values[:, :split] = 0
         qids, settings = list(queries), (self.first_stage, self.theta, self.candidates)
+        if self.first_stage is not None and not self.searched_exactly and len(self.indexes) > 1:
+            return search_shards(self.indexes, values, indices, qids, k, self.first_stage, self.theta, self.candidates)
         return merge_topk((index.search(values, indices, qids, k, *settings) for index in self.indexes), k)
+
+    @property
+    def searched_exactly(self) -> bool:
+        """Whether search is exact GIP: no first stage, or one whose K′ holds the whole corpus."""
+        return self.first_stage is None or self.candidates >= sum(len(index.docids) for index in self.indexes)
 
     def weighted_queries(self, queries: dict[str, str], weight: float | None) -> tuple[np.ndarray, np.ndarray]:
         """The queries' values and indices, the [CLS] part rescaled by ``weight`` / λ (default: :attr:`weight`)."""
@@ -237,8 +246,7 @@ class DhrRetriever(PartSearch):
 
     def search_with_parts(self, queries: dict[str, str], k: int, depth: int) -> tuple[Run, dict[str, Run]]:
         """The fused top ``k`` and each part's own top ``depth``: from one GIP product where search is exact."""
-        exact = self.first_stage is None or all(index.covered_by(self.candidates) for index in self.indexes)
-        if not (self.cls_dims and exact):
+        if not (self.cls_dims and self.searched_exactly):
             return super().search_with_parts(queries, k, depth)
         values, indices = self.weighted_queries(queries, None)
         depths = {None: k, "lexical": depth, "semantic": depth}

@@ -69,7 +69,8 @@ class GipIndex:
         rows, dims = self.values.shape
         return rows * (2 * dims + self.index_itemsize * (dims - self.open_dims))
 
-    def _queries(self, values: np.ndarray, indices: np.ndarray) -> tuple[torch.Tensor, torch.Tensor]:
+    def queries(self, values: np.ndarray, indices: np.ndarray) -> tuple[torch.Tensor, torch.Tensor]:
+        """(Q, M) query values and indices as this index scores them: on its device, in its dtypes."""
         return (
             torch.from_numpy(values).to(self.device, self.dtype),
             torch.from_numpy(indices.astype(np.int32)).to(self.device, self.indices.dtype),
@@ -129,11 +130,11 @@ class GipIndex:
         run: Run = {}
         depth = min(candidates, len(self.docids))
         for start in tqdm(range(0, len(qids), batch_size), desc="gip search", unit="batch", leave=False):
-            q_values, q_indices = self._queries(values[start : start + batch_size], indices[start : start + batch_size])
+            q_values, q_indices = self.queries(values[start : start + batch_size], indices[start : start + batch_size])
             if first_stage is None or self.covered_by(candidates):
                 scores, rows = self.exact_scores(q_values, q_indices).topk(min(k, len(self.docids)), dim=1)
             else:
-                shortlist = self._first_stage(first_stage, q_values, q_indices, theta, depth, start, values)
+                _, shortlist = self.first_stage_top(first_stage, q_values, q_indices, theta, depth, values[start:])
                 rescored = self.exact_scores(q_values, q_indices, shortlist)
                 scores, order = rescored.topk(min(k, depth), dim=1)
                 rows = shortlist.gather(1, order)
@@ -149,7 +150,7 @@ class GipIndex:
         """
         runs: dict[str | None, Run] = {part: {} for part in depths}
         for start in range(0, len(qids), batch_size):
-            q_values, q_indices = self._queries(values[start : start + batch_size], indices[start : start + batch_size])
+            q_values, q_indices = self.queries(values[start : start + batch_size], indices[start : start + batch_size])
             chunks = [gip_parts(q_values, q_indices, self.values[rows], self.indices[rows], split)
                       for rows in self._blocks(q_values)]  # fmt: skip
             for n, part in enumerate((None, "lexical", "semantic")):
@@ -158,24 +159,26 @@ class GipIndex:
                     runs[part].update(ranked_run(qids[start : start + batch_size], rows, scores, self.docids))
         return runs
 
-    def _first_stage(
+    def first_stage_top(
         self,
         name: str,
         q_values: torch.Tensor,
         q_indices: torch.Tensor,
         theta: float,
         depth: int,
-        start: int,
-        all_values: np.ndarray,
-    ) -> torch.Tensor:
-        """(Q, K′) candidate rows of a query batch."""
+        raw_values: np.ndarray,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """(Q, depth) first-stage scores and candidate rows of a query batch, best first.
+
+        ``raw_values`` are the batch's query values as given (their first Q rows), which the inner-product stage reads.
+        """
         if name == "inner_product":
             if self._flat is None:
                 self._flat = FaissIndex("Flat").build(self.values.float().cpu().numpy(), range(len(self.docids)))
-            batch = all_values[start : start + q_values.shape[0]].astype(np.float32)
-            return torch.from_numpy(self._flat.search_rows(batch, depth)[1]).to(self.device)
+            scores, rows = self._flat.search_rows(raw_values[: q_values.shape[0]].astype(np.float32), depth)
+            return torch.from_numpy(scores).to(self.device), torch.from_numpy(rows).to(self.device)
         if self.batched_first_stage:
-            return self.exact_scores(above_theta(q_values, theta), q_indices).topk(depth, dim=1).indices
+            return self.exact_scores(above_theta(q_values, theta), q_indices).topk(depth, dim=1)
         shortlists = []
         for q_value, q_index in zip(q_values, q_indices, strict=True):  # Eq. 18: only the dimensions above θ
             dims = (q_value > theta).nonzero().flatten()
@@ -183,8 +186,8 @@ class GipIndex:
                 dims = q_value.argmax().reshape(1)
             gate = self.indices[:, dims] == q_index[dims]
             partial = (gate * self.values[:, dims]).float() @ q_value[dims].float()
-            shortlists.append(partial.topk(depth).indices)
-        return torch.stack(shortlists)
+            shortlists.append(partial.topk(depth))
+        return torch.stack([top.values for top in shortlists]), torch.stack([top.indices for top in shortlists])
 
 
 def above_theta(q_values: torch.Tensor, theta: float) -> torch.Tensor:
