@@ -20,7 +20,8 @@ memory-mapped arrays they read, which the kernel can drop):
   lists, in float32, float16, pruned at α = 0.5, split over 2 processes, and scored by a compiled kernel
   (:mod:`benchmarks.scale_csf`);
 - ``encode_dense``, ``encode_splade``: the corpus encoded into an index's shards on the model's device, CUDA in bf16
-  where there is one (:mod:`benchmarks.scale_gpu`; bert-base-size dense vectors, SPLADE-tiny's term weights).
+  where there is one (:mod:`benchmarks.scale_gpu`; bert-base-size dense vectors, SPLADE-tiny's term weights);
+  ``gip_splade``: ``index=gip`` over ``encode_splade``'s shards, on the model's device, without Java.
 
 Each family's query latency is the 1,200 dev queries at k = 1000, their encoding done before (best of 2). The
 growth exponent between the two largest sizes (time ∝ n^e) projects each figure to 8,841,823 passages.
@@ -62,6 +63,7 @@ STAGES = (
     "csf_compiled",
     "encode_dense",
     "encode_splade",
+    "gip_splade",
 )
 GROWING = ("seconds", "peak_rss", "peak_anon", "peak_gpu", "disk", "ms_per_query", "rank_disk")  # projected to MS MARCO
 # reported: an encoding's rate; agreement with an exact run
