@@ -179,24 +179,15 @@ class GipIndex:
             return torch.from_numpy(scores).to(self.device), torch.from_numpy(rows).to(self.device)
         if self.batched_first_stage:
             return self.exact_scores(above_theta(q_values, theta), q_indices).topk(depth, dim=1)
-        shortlists = [self.approximate(q_value, q_index, theta).topk(depth)
-                      for q_value, q_index in zip(q_values, q_indices, strict=True)]  # fmt: skip
+        shortlists = []
+        for q_value, q_index in zip(q_values, q_indices, strict=True):  # Eq. 18: only the dimensions above θ
+            dims = (q_value > theta).nonzero().flatten()
+            if len(dims) == 0:  # nothing above θ: the largest dimension alone, as the reference code does
+                dims = q_value.argmax().reshape(1)
+            gate = self.indices[:, dims] == q_index[dims]
+            partial = (gate * self.values[:, dims]).float() @ q_value[dims].float()
+            shortlists.append(partial.topk(depth))
         return torch.stack([top.values for top in shortlists]), torch.stack([top.indices for top in shortlists])
-
-    def approximate_scores(self, q_values: torch.Tensor, q_indices: torch.Tensor, theta: float) -> torch.Tensor:
-        """(Q, C) approximate GIP (Eq. 18) of a query batch with every document, unranked."""
-        if self.batched_first_stage:
-            return self.exact_scores(above_theta(q_values, theta), q_indices)
-        return torch.stack([self.approximate(q_value, q_index, theta)
-                            for q_value, q_index in zip(q_values, q_indices, strict=True)])  # fmt: skip
-
-    def approximate(self, q_value: torch.Tensor, q_index: torch.Tensor, theta: float) -> torch.Tensor:
-        """(C,) approximate GIP of one query (Eq. 18): only its dimensions above θ, read column by column."""
-        dims = (q_value > theta).nonzero().flatten()
-        if len(dims) == 0:  # nothing above θ: the largest dimension alone, as the reference code does
-            dims = q_value.argmax().reshape(1)
-        gate = self.indices[:, dims] == q_index[dims]
-        return (gate * self.values[:, dims]).float() @ q_value[dims].float()
 
 
 def above_theta(q_values: torch.Tensor, theta: float) -> torch.Tensor:

@@ -1,8 +1,7 @@
 """Two-stage GIP search (delade-dhr.md §3.4, Eq. 18) over a corpus held in several :class:`GipIndex` shards.
 
-The first stage keeps the K′ best documents of the whole corpus, as over one index: each shard gives its scores
-(every document's where it holds no more than K′, else its own top K′), cut to the corpus's K′ once several shards'
-worth have gathered (one unordered selection for them, not a ranking a shard). The exact GIP
+The first stage keeps the K′ best documents of the whole corpus, as over one index: each shard gives its own top
+min(K′, its size) by the first stage's score, merged into the corpus's K′ as the shards are read. The exact GIP
 (Eq. 11) then re-ranks those K′, each candidate scored in the shard that holds it: the batch's (query, document)
 pairs sorted by shard, gathered and summed a chunk at a time. Searching each shard in two stages on its own would
 keep K′ documents a shard, and a shard no larger than K′ (4,096 documents against K′ = 10,000 by default) would
@@ -20,9 +19,6 @@ from tqdm import tqdm
 from retrieval_zoo.data.formats import Run
 from retrieval_zoo.index.terms.gip_search import GipIndex
 from retrieval_zoo.retriever import ranked_run
-
-# first-stage candidates gathered before they are cut to K′: one selection for several shards' worth, not one a shard
-MERGED = 4
 
 
 def search_shards(
@@ -56,18 +52,18 @@ def search_shards(
     for start in tqdm(range(0, len(qids), batch_size), desc="gip search", unit="batch", leave=False):
         batch = slice(start, start + batch_size)
         q_values, q_indices = indexes[0].queries(values[batch], indices[batch])
-        pending: list[tuple[torch.Tensor, torch.Tensor]] = []  # (scores, corpus rows) not yet reduced to K′
+        best: tuple[torch.Tensor, torch.Tensor] | None = None
         for index, offset in zip(indexes, offsets[:-1].tolist(), strict=True):
-            if first_stage == "approximate_gip" and len(index.docids) <= depth:  # the shard whole: no ranking
-                scores = index.approximate_scores(q_values, q_indices, theta)
-                rows = torch.arange(len(index.docids), device=scores.device).expand_as(scores)
-            else:
-                scores, rows = index.first_stage_top(first_stage, q_values, q_indices, theta,
-                                                     min(depth, len(index.docids)), values[start:])  # fmt: skip
-            pending.append((scores, rows.long() + offset))
-            if sum(part[0].shape[1] for part in pending) >= MERGED * depth:
-                pending = [best_of(pending, depth)]
-        best = best_of(pending, depth)
+            scores, rows = index.first_stage_top(
+                first_stage, q_values, q_indices, theta, min(depth, len(index.docids)), values[start:]
+            )
+            rows = rows.long() + offset
+            if best is not None:  # with the corpus's K′ so far
+                scores, rows = torch.cat([best[0], scores], dim=1), torch.cat([best[1], rows], dim=1)
+                scores, order = scores.topk(min(depth, scores.shape[1]), dim=1)
+                rows = rows.gather(1, order)
+            best = scores, rows
+        assert best is not None
         exact = exact_pairs(indexes, offsets, q_values, q_indices, best[1])
         top_scores, order = exact.topk(min(k, depth), dim=1)
         top_rows = best[1].gather(1, order).cpu().numpy()
@@ -75,15 +71,6 @@ def search_shards(
         run.update(ranked_run(qids[batch], np.arange(top_rows.size).reshape(top_rows.shape),
                               top_scores, names))  # fmt: skip
     return run
-
-
-def best_of(parts: list[tuple[torch.Tensor, torch.Tensor]], depth: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """The (Q, ≤ depth) best of (scores, corpus rows) parts, in no particular order (the re-ranking orders them)."""
-    scores, rows = torch.cat([part[0] for part in parts], dim=1), torch.cat([part[1] for part in parts], dim=1)
-    if scores.shape[1] <= depth:
-        return scores, rows
-    scores, order = scores.topk(depth, dim=1, sorted=False)
-    return scores, rows.gather(1, order)
 
 
 def exact_pairs(
