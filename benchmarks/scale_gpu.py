@@ -76,7 +76,6 @@ def stage_gip_splade(collection: Collection, work: Path) -> dict:
                                 "the encode_splade stage at this size first")  # fmt: skip
     os.environ["RETRIEVAL_ZOO_CACHE"] = str(cache)  # the queries' token cache beside the corpus's
     model, index = composed("method", "dlr_splade", "index=gip", also=("index",))
-    torch.cuda.reset_peak_memory_stats() if torch.cuda.is_available() else None
     queries = collection.judged_queries("dev")
     with torch.inference_mode():
         retriever, seconds = timed(lambda: index.build(model, collection, BM25(collection), shards))

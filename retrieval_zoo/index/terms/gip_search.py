@@ -84,12 +84,22 @@ class GipIndex:
             step = max(1, self.chunk_elements // max(1, rows.shape[1] * q_values.shape[1]))
             parts = []
             for i in range(0, rows.shape[0], step):
-                chunk = rows[i : i + step]
-                gate = self.indices[chunk] == q_indices[i : i + step].unsqueeze(1)
-                parts.append((gate * self.values[chunk] * q_values[i : i + step].unsqueeze(1)).float().sum(dim=2))
+                queries = slice(i, i + step)
+                parts.append(
+                    self.row_scores(rows[queries], q_values[queries].unsqueeze(1), q_indices[queries].unsqueeze(1))
+                )
             return torch.cat(parts)
         parts = [gip(q_values, q_indices, self.values[rows], self.indices[rows]) for rows in self._blocks(q_values)]
         return torch.cat(parts, dim=1)
+
+    def row_scores(self, rows: torch.Tensor, q_values: torch.Tensor, q_indices: torch.Tensor) -> torch.Tensor:
+        """Exact GIP of the documents at ``rows`` (any shape) with queries broadcast against them: (..., M) → (...).
+
+        Each document's gated products summed in float32, whatever the shape of the batch of rows: a candidate scores
+        the same bits in a query's list (:meth:`exact_scores`) as in a sharded corpus's pairs (``gip_shards``).
+        """
+        gate = self.indices[rows] == q_indices
+        return (gate * self.values[rows] * q_values).float().sum(dim=-1)
 
     def _blocks(self, q_values: torch.Tensor) -> list[slice]:
         """The document rows exact GIP scores at a time against ``q_values``: (Q × rows × M) within the chunk bound."""

@@ -79,7 +79,7 @@ def exact_pairs(
 ) -> torch.Tensor:  # fmt: skip
     """(Q, K′) exact GIP of each query with its candidates, given by corpus row (Q, K′), shard by shard.
 
-    Each pair is scored as :meth:`GipIndex.exact_scores` scores a candidate: its gated products summed in float32.
+    Each pair is scored by :meth:`GipIndex.row_scores`, as a candidate of one index's re-ranking is.
     """
     per_query = rows.shape[1]
     flat = rows.reshape(-1)
@@ -92,8 +92,7 @@ def exact_pairs(
         for begin in range(bounds[s], bounds[s + 1], step):
             pairs = slice(begin, min(begin + step, bounds[s + 1]))
             local, query = corpus_rows[pairs] - int(offsets[s]), query_of[pairs]
-            gate = index.indices[local] == q_indices[query]
-            scores[order[pairs]] = (gate * index.values[local] * q_values[query]).float().sum(dim=1)
+            scores[order[pairs]] = index.row_scores(local, q_values[query], q_indices[query])
     return scores.view(rows.shape)
 
 
