@@ -1,5 +1,6 @@
 import numpy as np
 import pytest
+import torch
 
 from retrieval_zoo.index.terms.gip_search import GipIndex
 from tests.conftest import float32_rounding
@@ -66,3 +67,24 @@ def test_the_batched_first_stage_ranks_as_the_per_query_loop(theta: float) -> No
     runs = [GipIndex(values, indices, docids, device="cpu", chunk_elements=4096, batched_first_stage=batched)
             .search(q_values, q_indices, qids, **settings) for batched in (False, True)]  # fmt: skip
     assert runs[0] == runs[1]
+
+
+@pytest.mark.parametrize("first_stage", [None, "approximate_gip"])
+def test_positions_are_held_at_their_stored_width_and_gate_as_int32_would(first_stage: str | None) -> None:
+    """uint16 positions (BM25's vocabulary in 768 slices) are held as int16 bits, uint8 ones as they are: a gate only
+    compares positions for equality, so the runs equal those of the same positions held as int32, bit for bit."""
+    rng = np.random.default_rng(3)
+    values, _ = random_dlr(rng, 300)
+    q_values, _ = random_dlr(rng, 8)
+    wide = rng.choice([0, 1, 32767, 32768, 40000, 65535], size=(300, 16)).astype(np.uint16)  # either side of 2^15
+    q_wide = rng.choice([0, 1, 32767, 32768, 40000, 65535], size=(8, 16)).astype(np.uint16)
+    qids, docids = [f"q{i}" for i in range(8)], [f"d{i}" for i in range(300)]
+    settings = {"k": 10, "first_stage": first_stage, "theta": 0.3, "candidates": 40}
+    held = GipIndex(values, wide, docids, device="cpu")
+    as_int32 = GipIndex(values, wide.astype(np.int64), docids, device="cpu")
+    assert (held.indices.dtype, as_int32.indices.dtype) == (torch.int16, torch.int32)
+    assert held.search(q_values, q_wide, qids, **settings) == as_int32.search(q_values, q_wide, qids, **settings)
+    assert held.stored_positions(slice(None)).dtype == np.uint16
+    assert np.array_equal(held.stored_positions(slice(5, 9)), wide[5:9])  # what save and explain read back
+    narrow = rng.integers(0, 3, (300, 16)).astype(np.uint8)
+    assert GipIndex(values, narrow, docids, device="cpu").indices.element_size() == 1

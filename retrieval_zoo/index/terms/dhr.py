@@ -282,7 +282,7 @@ class DhrRetriever(PartSearch):
         for q, qid in enumerate(queries):
             for docid in list(run.get(qid, {}))[:depth]:
                 index, r = rows[docid]
-                doc_values, doc_indices = index.values[r].float().cpu().numpy(), index.indices[r].cpu().numpy()
+                doc_values, doc_indices = index.values[r].float().cpu().numpy(), index.stored_positions(r)
                 matched = explain(values[q].astype(np.float32), indices[q], doc_values, doc_indices, self.slicing)
                 words = self.terms([term for term, _, _ in matched])
                 records.append({

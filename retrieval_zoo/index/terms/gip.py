@@ -79,7 +79,7 @@ class Gip(TermIndex):
         """Each shard's float16 values and positions as built (``gip-<shard>-values.npy``, ``-indices.npy``)."""
         built = self.built_here(retriever, DhrRetriever)
         for number, index in enumerate(built.indexes):
-            indices = index.indices.cpu().numpy().astype(built.slicing.index_dtype)  # their stored width
+            indices = index.stored_positions(slice(None)).astype(built.slicing.index_dtype)  # their stored width
             np.save(folder / f"gip-{number:05d}-values.npy", index.values.half().cpu().numpy())
             np.save(folder / f"gip-{number:05d}-indices.npy", indices)
         shape = {"lam": built.lam, "cls_dims": built.cls_dims, "shards": len(built.indexes)}

@@ -17,6 +17,19 @@ from retrieval_zoo.index.vectors.faiss import FaissIndex
 from retrieval_zoo.retriever import ranked_run
 
 FIRST_STAGES = ("approximate_gip", "inner_product")
+STORED_POSITIONS = (np.dtype(np.uint8), np.dtype(np.uint16))  # Slicing.index_dtype's widths
+
+
+def held_positions(indices: np.ndarray) -> torch.Tensor:
+    """Positions as GIP scores them, at their stored width: uint8 as is, uint16's bits as int16, others as int32.
+
+    A gate only compares a query's position with a document's for equality, which the reinterpreted bits keep; torch
+    covers int16's comparisons, not all of uint16's, and int32 would double the positions of BM25's vocabulary.
+    """
+    indices = np.ascontiguousarray(indices)
+    if indices.dtype == np.uint16:
+        return torch.from_numpy(indices.view(np.int16))
+    return torch.from_numpy(indices if indices.dtype in (np.uint8, np.int32) else indices.astype(np.int32))
 
 
 def default_device() -> torch.device:
@@ -56,8 +69,8 @@ class GipIndex:
         self.device = torch.device(device) if device is not None else default_device()
         self.dtype = torch.float16 if self.device.type == "cuda" else torch.float32
         self.values = torch.from_numpy(values).to(self.device, self.dtype)
-        self.indices = torch.from_numpy(indices.astype(np.int16 if indices.dtype == np.uint8 else np.int32))
-        self.indices = self.indices.to(self.device)
+        self.position_dtype = indices.dtype if indices.dtype in STORED_POSITIONS else np.dtype(np.int32)
+        self.indices = held_positions(indices.astype(self.position_dtype, copy=False)).to(self.device)
         self.docids, self.chunk_elements = list(docids), chunk_elements
         self.index_itemsize, self.open_dims = indices.dtype.itemsize, open_dims
         self._flat: FaissIndex | None = None
@@ -73,8 +86,12 @@ class GipIndex:
         """(Q, M) query values and indices as this index scores them: on its device, in its dtypes."""
         return (
             torch.from_numpy(values).to(self.device, self.dtype),
-            torch.from_numpy(indices.astype(np.int32)).to(self.device, self.indices.dtype),
+            held_positions(indices.astype(self.position_dtype)).to(self.device),
         )
+
+    def stored_positions(self, rows: slice | int) -> np.ndarray:
+        """The positions of the documents at ``rows`` as given to the index (uint8, uint16 or int32)."""
+        return self.indices[rows].cpu().numpy().view(self.position_dtype)
 
     def exact_scores(
         self, q_values: torch.Tensor, q_indices: torch.Tensor, rows: torch.Tensor | None = None
