@@ -72,3 +72,19 @@ def test_a_dhr_retriever_searches_its_shards_in_two_stages_unless_k_prime_holds_
     covering = retriever_over(shards, 1000, q_values, q_indices)
     assert covering.searched_exactly
     assert [list(docs) for docs in covering.search(queries, 10).values()] == [list(exact[q]) for q in qids]
+
+
+def test_a_corpus_too_large_for_a_batch_of_scores_is_searched_in_smaller_batches(monkeypatch) -> None:
+    """Approximate GIP scores a batch's queries against the whole corpus: past FIRST_STAGE_ELEMENTS the batch
+    shrinks (here to 2 queries), and the run stays the one index's."""
+    from retrieval_zoo.index.terms import gip_shards
+
+    values, indices, docids, q_values, q_indices, qids = corpus_and_queries()
+    monkeypatch.setattr(gip_shards, "FIRST_STAGE_ELEMENTS", 2 * len(docids) + 1)
+    batches = []
+    monkeypatch.setattr(gip_shards, "corpus_approximate_top", lambda *args, top=gip_shards.corpus_approximate_top: (
+        batches.append(args[2].shape[0]) or top(*args)))  # fmt: skip
+    settings = {"first_stage": "approximate_gip", "theta": 0.3, "candidates": 100}
+    whole = GipIndex(values, indices, docids, device="cpu", chunk_elements=4096)
+    found = search_shards(shards_of(values, indices, docids, False), q_values, q_indices, qids, 10, **settings)
+    assert batches == [2] * 15 and found == whole.search(q_values, q_indices, qids, 10, **settings)

@@ -204,17 +204,24 @@ class GipIndex:
                 self._flat = FaissIndex("Flat").build(self.values.float().cpu().numpy(), range(len(self.docids)))
             scores, rows = self._flat.search_rows(raw_values[: q_values.shape[0]].astype(np.float32), depth)
             return torch.from_numpy(scores).to(self.device), torch.from_numpy(rows).to(self.device)
+        return self.approximate_scores(q_values, q_indices, theta).topk(depth, dim=1)
+
+    def approximate_scores(self, q_values: torch.Tensor, q_indices: torch.Tensor, theta: float) -> torch.Tensor:
+        """(Q, C) approximate GIP (Eq. 18) of a query batch with every document, in float32.
+
+        Only the query dimensions above θ count (the largest one where none is): one chunked GIP a batch, or a loop
+        over the queries.
+        """
         if self.batched_first_stage:
-            return self.exact_scores(above_theta(q_values, theta), q_indices).topk(depth, dim=1)
-        shortlists = []
-        for q_value, q_index in zip(q_values, q_indices, strict=True):  # Eq. 18: only the dimensions above θ
+            return self.exact_scores(above_theta(q_values, theta), q_indices)
+        scores = torch.empty(q_values.shape[0], len(self.docids), dtype=torch.float32, device=self.device)
+        for q, (q_value, q_index) in enumerate(zip(q_values, q_indices, strict=True)):
             dims = (q_value > theta).nonzero().flatten()
             if len(dims) == 0:  # nothing above θ: the largest dimension alone, as the reference code does
                 dims = q_value.argmax().reshape(1)
             gate = self.indices[:, dims] == q_index[dims]
-            partial = (gate * self.values[:, dims]).float() @ q_value[dims].float()
-            shortlists.append(partial.topk(depth))
-        return torch.stack([top.values for top in shortlists]), torch.stack([top.indices for top in shortlists])
+            scores[q] = (gate * self.values[:, dims]).float() @ q_value[dims].float()
+        return scores
 
 
 def above_theta(q_values: torch.Tensor, theta: float) -> torch.Tensor:
