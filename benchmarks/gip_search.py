@@ -60,7 +60,7 @@ def main() -> None:
         retriever = gip.build(model, collection, bm25, one_shard)
     index, qids = retriever.index, list(queries)
     values, indices = retriever.represent_queries(queries)
-    flat = FaissIndex("Flat").build(index.values.float().cpu().numpy(), index.docids)
+    flat = FaissIndex("Flat").build(index.values.float().cpu().numpy(), index.docids.tolist())
     searches = {
         "exact GIP": lambda n: index.search(values[:n], indices[:n], qids[:n], 100),
         f"two-stage: approximate GIP (θ = {args.theta})": lambda n: index.search(

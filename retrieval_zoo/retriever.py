@@ -108,7 +108,7 @@ def ranked_run(
     qids: Sequence[str],
     rows: torch.Tensor | np.ndarray | list[list[int]],
     scores: torch.Tensor | np.ndarray | list[list[float]],
-    docids: Sequence[str] | IdIndex,
+    docids: Sequence[str] | np.ndarray | IdIndex,
     positive_only: bool = False,
 ) -> Run:
     """A run from each query's top corpus rows: the ids of a whole batch are looked up at once.
@@ -130,6 +130,9 @@ def ranked_run(
     score_lists = scores.tolist() if isinstance(scores, torch.Tensor | np.ndarray) else scores
     if isinstance(docids, IdIndex):
         flat = iter(docids.names([r for row in row_lists for r in row]))
+        names = [[next(flat) for _ in row] for row in row_lists]
+    elif isinstance(docids, np.ndarray):  # an array of ids: Python strings for this batch's rows alone
+        flat = iter(docids[np.asarray([r for row in row_lists for r in row], dtype=np.int64)].tolist())
         names = [[next(flat) for _ in row] for row in row_lists]
     else:  # a list answers a row at list speed
         names = [[docids[r] for r in row] for row in row_lists]

@@ -276,8 +276,8 @@ class DhrRetriever(PartSearch):
         """
         values, indices = self.represent_queries(queries)
         wanted = {docid for qid in queries for docid in list(run.get(qid, {}))[:depth]}  # a dict of those alone
-        rows = {docid: (index, row) for index in self.indexes for row, docid in enumerate(index.docids)
-                if docid in wanted}  # fmt: skip
+        rows = {str(index.docids[row]): (index, int(row)) for index in self.indexes
+                for row in np.flatnonzero(np.isin(index.docids, list(wanted)))}  # fmt: skip
         records = []
         for q, qid in enumerate(queries):
             for docid in list(run.get(qid, {}))[:depth]:

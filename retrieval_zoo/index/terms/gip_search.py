@@ -43,7 +43,7 @@ class GipIndex:
     Args:
         values: (C, M) float16 document values (DLR or DHR).
         indices: (C, M) document indices.
-        docids: The documents' ids, in row order.
+        docids: The documents' ids, in row order (held as a numpy string array).
         device: Where scoring runs (default: the GPU when present). Values are scored in float32 on the CPU and in
             float16 on a GPU.
         chunk_elements: Bound on the (queries × documents × M) gate tensor of one exact-GIP step.
@@ -71,7 +71,7 @@ class GipIndex:
         self.values = torch.from_numpy(values).to(self.device, self.dtype)
         self.position_dtype = indices.dtype if indices.dtype in STORED_POSITIONS else np.dtype(np.int32)
         self.indices = held_positions(indices.astype(self.position_dtype, copy=False)).to(self.device)
-        self.docids, self.chunk_elements = list(docids), chunk_elements
+        self.docids, self.chunk_elements = np.asarray(docids, dtype=str), chunk_elements  # no object per id
         self.index_itemsize, self.open_dims = indices.dtype.itemsize, open_dims
         self._flat: FaissIndex | None = None
         self.batched_first_stage = self.device.type == "cuda" if batched_first_stage is None else batched_first_stage

@@ -133,4 +133,4 @@ def shard_names(indexes: Sequence[GipIndex], offsets: np.ndarray, rows: np.ndarr
     flat = rows.reshape(-1)
     shard_of = np.searchsorted(offsets, flat, side="right") - 1
     local = flat - offsets[shard_of]
-    return [indexes[s].docids[r] for s, r in zip(shard_of.tolist(), local.tolist(), strict=True)]
+    return [str(indexes[s].docids[r]) for s, r in zip(shard_of.tolist(), local.tolist(), strict=True)]
