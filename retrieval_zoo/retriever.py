@@ -128,11 +128,9 @@ def ranked_run(
     """
     row_lists = rows.tolist() if isinstance(rows, torch.Tensor | np.ndarray) else rows
     score_lists = scores.tolist() if isinstance(scores, torch.Tensor | np.ndarray) else scores
-    if isinstance(docids, IdIndex):
-        flat = iter(docids.names([r for row in row_lists for r in row]))
-        names = [[next(flat) for _ in row] for row in row_lists]
-    elif isinstance(docids, np.ndarray):  # an array of ids: Python strings for this batch's rows alone
-        flat = iter(docids[np.asarray([r for row in row_lists for r in row], dtype=np.int64)].tolist())
+    if isinstance(docids, IdIndex | np.ndarray):  # Python strings for this batch's rows alone
+        ids = docids.ids if isinstance(docids, IdIndex) else docids
+        flat = iter(ids[np.asarray([r for row in row_lists for r in row], dtype=np.int64)].tolist())
         names = [[next(flat) for _ in row] for row in row_lists]
     else:  # a list answers a row at list speed
         names = [[docids[r] for r in row] for row in row_lists]

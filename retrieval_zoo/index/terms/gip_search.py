@@ -20,16 +20,14 @@ FIRST_STAGES = ("approximate_gip", "inner_product")
 STORED_POSITIONS = (np.dtype(np.uint8), np.dtype(np.uint16))  # Slicing.index_dtype's widths
 
 
-def held_positions(indices: np.ndarray) -> torch.Tensor:
-    """Positions as GIP scores them, at their stored width: uint8 as is, uint16's bits as int16, others as int32.
+def held_positions(indices: np.ndarray, stored: np.dtype) -> torch.Tensor:
+    """Positions as GIP scores them, converted to ``stored`` (uint8, uint16 or int32); uint16's bits held as int16.
 
     A gate only compares a query's position with a document's for equality, which the reinterpreted bits keep; torch
     covers int16's comparisons, not all of uint16's, and int32 would double the positions of BM25's vocabulary.
     """
-    indices = np.ascontiguousarray(indices)
-    if indices.dtype == np.uint16:
-        return torch.from_numpy(indices.view(np.int16))
-    return torch.from_numpy(indices if indices.dtype in (np.uint8, np.int32) else indices.astype(np.int32))
+    indices = np.ascontiguousarray(indices, dtype=stored)
+    return torch.from_numpy(indices.view(np.int16) if stored == np.uint16 else indices)
 
 
 def default_device() -> torch.device:
@@ -70,7 +68,7 @@ class GipIndex:
         self.dtype = torch.float16 if self.device.type == "cuda" else torch.float32
         self.values = torch.from_numpy(values).to(self.device, self.dtype)
         self.position_dtype = indices.dtype if indices.dtype in STORED_POSITIONS else np.dtype(np.int32)
-        self.indices = held_positions(indices.astype(self.position_dtype, copy=False)).to(self.device)
+        self.indices = held_positions(indices, self.position_dtype).to(self.device)
         self.docids, self.chunk_elements = np.asarray(docids, dtype=str), chunk_elements  # no object per id
         self.index_itemsize, self.open_dims = indices.dtype.itemsize, open_dims
         self._flat: FaissIndex | None = None
@@ -86,7 +84,7 @@ class GipIndex:
         """(Q, M) query values and indices as this index scores them: on its device, in its dtypes."""
         return (
             torch.from_numpy(values).to(self.device, self.dtype),
-            held_positions(indices.astype(self.position_dtype)).to(self.device),
+            held_positions(indices, self.position_dtype).to(self.device),
         )
 
     def stored_positions(self, rows: slice | int) -> np.ndarray:

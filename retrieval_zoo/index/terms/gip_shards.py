@@ -76,8 +76,8 @@ def corpus_approximate_top(
 ) -> tuple[torch.Tensor, torch.Tensor]:  # fmt: skip
     """(Q, depth) approximate GIP scores and corpus rows: each shard's scores of every document, then one top K′.
 
-    One selection among a query's N scores, where keeping each shard's top and merging it into the K′ so far
-    selected among K′ + 4,096 scores for each of the corpus's shards (245 of them at 1,000,000 documents).
+    One selection among a query's N scores, instead of one among K′ + 4,096 scores for each of the corpus's shards
+    (245 of them at 1,000,000 documents) when each shard's top is merged into the K′ so far.
     """
     scores = torch.empty(q_values.shape[0], int(offsets[-1]), dtype=torch.float32, device=q_values.device)
     for index, begin, end in zip(indexes, offsets[:-1].tolist(), offsets[1:].tolist(), strict=True):
