@@ -101,7 +101,7 @@ print('seed $seed: |C^d|', round(d['lexical_nonzero_per_doc'], 1), 'MRR@10', rou
       mkdir -p /tmp/scale && ln -sf "$(realpath "$out")/scale_results.json" /tmp/scale/results.json
       for size in ${SCALE_SIZES:-100000 1000000}; do
         python3 -m benchmarks.scale --sizes "$size" --work /tmp/scale --memory-limit-gib 100 --resume \
-          --stages "${SCALE_STAGES:-encode_dense,encode_splade,gip_splade,collection,faiss}" 2>&1 | tee -a "$out/scale.log" \
+          --stages "${SCALE_STAGES:-encode_dense,encode_splade,gip_splade,sparse_splade,collection,faiss}" 2>&1 | tee -a "$out/scale.log" \
           | grep -E "$table|^\[scale\]"
       done ;;
     profile)  # op tables of the paths off target (benchmarks.gpu_profile); the whole log comes back under $out

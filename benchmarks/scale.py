@@ -21,7 +21,10 @@ memory-mapped arrays they read, which the kernel can drop):
   (:mod:`benchmarks.scale_csf`);
 - ``encode_dense``, ``encode_splade``: the corpus encoded into an index's shards on the model's device, CUDA in bf16
   where there is one (:mod:`benchmarks.scale_gpu`; bert-base-size dense vectors, SPLADE-tiny's term weights);
-  ``gip_splade``: ``index=gip`` over ``encode_splade``'s shards, on the model's device, without Java.
+  ``gip_splade``: ``index=gip`` over ``encode_splade``'s shards, on the model's device, without Java;
+  ``sparse_splade``, ``bmp_splade``, ``lucene_impact_splade``, ``seismic_splade``: the term-weight families over the
+  same shards, SPLADE's 30,522-term vocabulary (the one learned sparse engines are made for; BMP refuses BM25's past
+  65,536 terms), their agreement measured against ``sparse_splade``'s exact run;
 
 Each family's query latency is the 1,200 dev queries at k = 1000, their encoding done before (best of 2). The
 growth exponent between the two largest sizes (time ∝ n^e) projects each figure to 8,841,823 passages.
@@ -64,6 +67,10 @@ STAGES = (
     "encode_dense",
     "encode_splade",
     "gip_splade",
+    "sparse_splade",
+    "bmp_splade",
+    "lucene_impact_splade",
+    "seismic_splade",
 )
 GROWING = ("seconds", "peak_rss", "peak_anon", "peak_gpu", "disk", "ms_per_query", "rank_disk")  # projected to MS MARCO
 # reported: an encoding's rate; agreement with an exact run

@@ -64,17 +64,28 @@ def encoding(method: str, *overrides: str):
     return stage
 
 
-def stage_gip_splade(collection: Collection, work: Path) -> dict:
-    """``index=gip`` over ``encode_splade``'s shards: its build, two-stage search and agreement with exact GIP."""
-    from benchmarks.scale_csf import agreement
-    from benchmarks.scale_stages import SHARD_SIZE, K, timed
+def splade_shards(collection: Collection, work: Path) -> CorpusShards:
+    """``encode_splade``'s shards of ``collection`` under ``work``, every one present; its cache becomes this process's.
+
+    The stages that search them encode their queries into a token cache beside the corpus's.
+    """
+    from benchmarks.scale_stages import SHARD_SIZE
 
     cache = work / "encoded-dlr_splade"
     shards = CorpusShards(corpus_ids(collection.corpus), SHARD_SIZE, cache / "encoded")
     if shards.missing():
         raise FileNotFoundError(f"{cache / 'encoded'}: {len(shards.missing())} of {len(shards)} shards missing; run "
                                 "the encode_splade stage at this size first")  # fmt: skip
-    os.environ["RETRIEVAL_ZOO_CACHE"] = str(cache)  # the queries' token cache beside the corpus's
+    os.environ["RETRIEVAL_ZOO_CACHE"] = str(cache)
+    return shards
+
+
+def stage_gip_splade(collection: Collection, work: Path) -> dict:
+    """``index=gip`` over ``encode_splade``'s shards: its build, two-stage search and agreement with exact GIP."""
+    from benchmarks.scale_csf import agreement
+    from benchmarks.scale_stages import K, timed
+
+    shards = splade_shards(collection, work)
     model, index = composed("method", "dlr_splade", "index=gip", also=("index",))
     queries = collection.judged_queries("dev")
     with torch.inference_mode():

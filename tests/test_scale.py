@@ -190,3 +190,20 @@ def test_resume_skips_the_stages_a_size_measured_and_reruns_its_failures(tmp_pat
     results = json.loads((tmp_path / "results.json").read_text())["10000"]
     assert results["collection"] == {"seconds": 1.0} and results["faiss"]["seconds"] == 2.0
     assert "| encode_dense | docs_per_s | 5,000 |" in capsys.readouterr().out
+
+
+def test_every_harness_stage_has_its_stage_and_only_those() -> None:
+    from benchmarks.scale_stages import STAGES
+
+    assert set(STAGES) == set(scale.STAGES)
+    assert {"sparse_splade", "bmp_splade", "lucene_impact_splade", "seismic_splade"} <= set(STAGES)
+
+
+def test_a_stage_over_splades_shards_names_the_folder_and_the_stage_to_run_first(synthetic, tmp_path) -> None:
+    from benchmarks.scale_gpu import splade_shards
+
+    before = os.environ.get("RETRIEVAL_ZOO_CACHE")
+    with pytest.raises(FileNotFoundError, match=r"encoded-dlr_splade/encoded: 15 of 15 shards missing; run the "
+                                                r"encode_splade stage at this size first"):  # fmt: skip
+        splade_shards(load(synthetic), tmp_path)
+    assert os.environ.get("RETRIEVAL_ZOO_CACHE") == before  # nothing redirected when nothing is there
