@@ -19,6 +19,7 @@ from benchmarks.scale import MSMARCO
 from benchmarks.scale_csf import STAGES as CSF_STAGES
 from benchmarks.scale_csf import agreement
 from benchmarks.scale_gpu import STAGES as GPU_STAGES
+from benchmarks.scale_gpu import splade_shards
 from benchmarks.sparse_engines import memoized
 from retrieval_zoo.data.collections import Collection, msmarco_tsv
 from retrieval_zoo.lexical.lucene_bm25 import BM25
@@ -127,14 +128,13 @@ def term_family(name: str, splade: bool = False):
 
     def stage(collection: Collection, work: Path) -> dict:
         if splade:
-            from benchmarks.scale_gpu import splade_shards
-
             model, index = composed("method", "dlr_splade", f"index={name}", also=("index",))
+            model.eval()  # as term_model's
             shards = splade_shards(collection, work)  # also points the queries' token cache beside the corpus's
         else:
             model, index, shards = term_model(), composed("index", name), corpus_shards(collection, work)
         with torch.inference_mode():
-            retriever, seconds = timed(lambda: index.build(model.eval(), collection, BM25(collection), shards))
+            retriever, seconds = timed(lambda: index.build(model, collection, BM25(collection), shards))
             retriever.encode_query = memoized(retriever.encode_query)
             queries = collection.judged_queries("dev")
             run = retriever.search(queries, K)  # the queries encoded, the engine warm
