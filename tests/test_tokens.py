@@ -73,6 +73,27 @@ def test_a_killed_build_resumes_and_a_damaged_cache_is_rebuilt(tiny, cache_dir, 
     assert calls == [5, 5, 5, 5] and torch.equal(rebuilt.tokens(keys).ids, tokenizer(list(texts.values()), "doc").ids)
 
 
+def test_a_build_resumed_with_another_chunk_size_tokenizes_its_own_ranges(tiny, cache_dir, monkeypatch) -> None:
+    tokenizer, texts = clear_encoder().text_tokenizer(), texts_of(tiny, 20)
+    calls: list[int] = []
+    original = type(tokenizer).unpadded
+
+    def counting(self, chunk, side):
+        calls.append(len(chunk))
+        if len(calls) == 3 and len(chunk) == 5:
+            raise Killed  # killed while tokenizing the third chunk of 5: texts 0-4 and 5-9 are on disk
+        return original(self, chunk, side)
+
+    monkeypatch.setattr(type(tokenizer), "unpadded", counting)
+    with pytest.raises(Killed):
+        TokenCache.build(texts, tokenizer, "doc", content="c", chunk_size=5)
+    calls.clear()
+    cache = TokenCache.build(texts, tokenizer, "doc", content="c", chunk_size=8)
+    assert calls == [8, 8, 4]  # chunks of 5 are not taken for chunks of 8
+    assert not list(cache.folder.glob("part-*"))  # nor left behind
+    assert torch.equal(cache.tokens(list(texts)).ids, tokenizer(list(texts.values()), "doc").ids)
+
+
 def test_corpus_encoding_from_cached_tokens_equals_encoding_the_texts(tiny, tiny_bm25, cache_dir) -> None:
     from retrieval_zoo.encoding.tokens import CachedTexts
     from retrieval_zoo.index.csurf.csf import InvertedLists

@@ -4,8 +4,10 @@ A :class:`TokenCache` tokenizes every text of a corpus (or a query set) once per
 side's marker) into two flat arrays on disk, read by memory map: the ids of all texts end to end (uint16 when the
 vocabulary fits, else int32) and each text's offset. Its folder is named by a hash of the tokenizer's settings and
 vocabulary, the side and the content of the texts, so a changed tokenizer or corpus builds a new one. It is built in
-chunks, each written atomically and kept until the last, so a killed build resumes with the chunks it had not
-finished; ``ready.json``, written last with the arrays' sizes, marks it complete, and a damaged one is rebuilt.
+chunks of :data:`CHUNK_TEXTS` texts, each written atomically under the range of texts it holds and kept until the
+last, so a killed build resumes with the chunks it had not finished; the chunks are then copied one at a time into
+the memory-mapped arrays, so a build holds one chunk's tokens whatever the corpus's size. ``ready.json``, written
+last with the arrays' sizes, marks it complete, and a damaged one is rebuilt.
 A batch gathered from it (:meth:`TokenCache.tokens`) equals the tokenizer's own padded output for those texts, so
 training and encoding read tensors instead of tokenizing on the hot path.
 """
@@ -25,6 +27,11 @@ from transformers import PreTrainedTokenizerBase
 
 from retrieval_zoo.cache import atomic_path, cache_root, entry_lock, fingerprint, write_json
 from retrieval_zoo.id_index import IdIndex
+
+# Texts tokenized at a time. The tokenizer hands each chunk back as Python lists (some 40 bytes a token), and what
+# the process frees of them mostly stays resident: 65,536 passages of SPLADE-tiny's 256 tokens at most peaked at
+# 2.09 GiB and kept 1.71 GiB, 8,192 at 0.89 and 0.82 GiB, in the same time (100,000 synthetic passages).
+CHUNK_TEXTS = 8192
 
 
 def exact_matches(doc_ids: torch.Tensor, query_ids: torch.Tensor, special_ids: list[int]) -> torch.Tensor:
@@ -105,7 +112,8 @@ class TextTokenizer:
 
     def unpadded(self, texts: list[str], side: str) -> list[list[int]]:
         """Each text's ids, truncated as :meth:`__call__` truncates them, without padding."""
-        return self.tokenizer(self._marked(texts, side), truncation=True, max_length=self.max_length[side])["input_ids"]
+        return self.tokenizer(self._marked(texts, side), truncation=True, max_length=self.max_length[side],
+                              return_attention_mask=False, return_token_type_ids=False)["input_ids"]  # fmt: skip
 
     def digest(self, side: str) -> str:
         """A hash of everything that decides a side's ids: class, vocabulary, added tokens, length, marker, padding."""
@@ -135,7 +143,12 @@ class TokenCache:
 
     @classmethod
     def build(
-        cls, texts: Mapping[str, str], tokenizer: TextTokenizer, side: str, content: str, chunk_size: int = 65_536
+        cls,
+        texts: Mapping[str, str],
+        tokenizer: TextTokenizer,
+        side: str,
+        content: str,
+        chunk_size: int = CHUNK_TEXTS,
     ) -> TokenCache:
         """The cache of ``texts`` (id → text) for ``side``, built unless a complete one exists.
 
@@ -202,28 +215,39 @@ def _complete(folder: Path) -> bool:
 def _build(
     folder: Path, texts: Mapping[str, str], keys: IdIndex, tokenizer: TextTokenizer, side: str, chunk_size: int
 ) -> None:
-    """Tokenize ``texts`` chunk by chunk (each chunk file atomic, reused after a kill), then join the chunks."""
+    """Tokenize ``texts`` chunk by chunk (each chunk file atomic, reused after a kill), then join the chunks.
+
+    A chunk's file is named by the range of texts it holds, so a build resumed with another chunk size tokenizes
+    its own ranges instead of trusting files cut otherwise (those are removed at the end).
+    """
     folder.mkdir(parents=True, exist_ok=True)
     dtype = np.uint16 if len(tokenizer.tokenizer) <= np.iinfo(np.uint16).max + 1 else np.int32
-    starts = range(0, len(keys), chunk_size)
+    ranges = [(start, min(start + chunk_size, len(keys))) for start in range(0, len(keys), chunk_size)]
+    parts = [folder / f"part-{start:012d}-{stop:012d}.npz" for start, stop in ranges]
     desc = f"tokenize {'queries' if side == 'query' else 'documents'}"
-    for number, start in enumerate(tqdm(starts, desc=desc, unit="chunk", leave=False)):
-        part = folder / f"part-{number:05d}.npz"
+    for (start, stop), part in zip(tqdm(ranges, desc=desc, unit="chunk", leave=False), parts, strict=True):
         if part.exists():
             continue
-        ids = tokenizer.unpadded([texts[k] for k in keys.ids[start : start + chunk_size].tolist()], side)
+        ids = tokenizer.unpadded([texts[k] for k in keys.ids[start:stop].tolist()], side)
         with atomic_path(part) as tmp, tmp.open("wb") as handle:
             np.savez(handle, ids=np.fromiter((i for row in ids for i in row), dtype=dtype),
                      lengths=np.array([len(row) for row in ids], dtype=np.int64))  # fmt: skip
-    parts = [np.load(folder / f"part-{n:05d}.npz") for n in range(len(starts))]
-    lengths = np.concatenate([p["lengths"] for p in parts]) if parts else np.zeros(0, dtype=np.int64)
-    for name, array in (("ids", np.concatenate([p["ids"] for p in parts]) if parts else np.zeros(0, dtype)),
-                        ("offsets", np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64))):  # fmt: skip
-        with atomic_path(folder / f"{name}.npy") as tmp:
-            np.save(tmp, array)
+        del ids  # before the next chunk's lists are made
+    lengths = np.concatenate([np.load(part)["lengths"] for part in parts] or [np.zeros(0, dtype=np.int64)])
+    with atomic_path(folder / "offsets.npy") as tmp:
+        np.save(tmp, np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64))
+    with atomic_path(folder / "ids.npy") as tmp:
+        joined = np.lib.format.open_memmap(tmp, mode="w+", dtype=dtype, shape=(int(lengths.sum()),))
+        position = 0
+        for part in parts:  # one chunk in memory at a time
+            chunk = np.load(part)["ids"]
+            joined[position : position + len(chunk)] = chunk
+            position += len(chunk)
+        joined.flush()
+        del joined
     write_json(folder / "ready.json", {n: (folder / n).stat().st_size for n in ("ids.npy", "offsets.npy")})
-    for n in range(len(starts)):
-        (folder / f"part-{n:05d}.npz").unlink(missing_ok=True)
+    for part in folder.glob("part-*.npz"):
+        part.unlink(missing_ok=True)
 
 
 class CachedTexts:
