@@ -45,19 +45,25 @@ class Killed(Exception):
     pass
 
 
-def test_a_killed_build_resumes_and_a_damaged_cache_is_rebuilt(tiny, cache_dir, monkeypatch, capsys) -> None:
-    tokenizer, texts = clear_encoder().text_tokenizer(), texts_of(tiny, 20)
+def counted_chunks(monkeypatch, tokenizer, kill_at: int) -> tuple[list[int], list[bool]]:
+    """Each chunk size ``tokenizer`` is handed, recorded; while ``killing[0]``, call ``kill_at`` raises Killed."""
     calls: list[int] = []
     killing = [True]
     original = type(tokenizer).unpadded
 
     def counting(self, chunk, side):
         calls.append(len(chunk))
-        if killing[0] and len(calls) == 3:
-            raise Killed  # as if killed while tokenizing the third chunk
+        if killing[0] and len(calls) == kill_at:
+            raise Killed  # as if the process were killed while tokenizing that chunk
         return original(self, chunk, side)
 
     monkeypatch.setattr(type(tokenizer), "unpadded", counting)
+    return calls, killing
+
+
+def test_a_killed_build_resumes_and_a_damaged_cache_is_rebuilt(tiny, cache_dir, monkeypatch, capsys) -> None:
+    tokenizer, texts = clear_encoder().text_tokenizer(), texts_of(tiny, 20)
+    calls, killing = counted_chunks(monkeypatch, tokenizer, kill_at=3)  # the third chunk
     with pytest.raises(Killed):
         TokenCache.build(texts, tokenizer, "doc", content="c", chunk_size=5)
     killing[0] = False
@@ -75,18 +81,10 @@ def test_a_killed_build_resumes_and_a_damaged_cache_is_rebuilt(tiny, cache_dir, 
 
 def test_a_build_resumed_with_another_chunk_size_tokenizes_its_own_ranges(tiny, cache_dir, monkeypatch) -> None:
     tokenizer, texts = clear_encoder().text_tokenizer(), texts_of(tiny, 20)
-    calls: list[int] = []
-    original = type(tokenizer).unpadded
-
-    def counting(self, chunk, side):
-        calls.append(len(chunk))
-        if len(calls) == 3 and len(chunk) == 5:
-            raise Killed  # killed while tokenizing the third chunk of 5: texts 0-4 and 5-9 are on disk
-        return original(self, chunk, side)
-
-    monkeypatch.setattr(type(tokenizer), "unpadded", counting)
+    calls, killing = counted_chunks(monkeypatch, tokenizer, kill_at=3)  # texts 0-4 and 5-9 are then on disk
     with pytest.raises(Killed):
         TokenCache.build(texts, tokenizer, "doc", content="c", chunk_size=5)
+    killing[0] = False
     calls.clear()
     cache = TokenCache.build(texts, tokenizer, "doc", content="c", chunk_size=8)
     assert calls == [8, 8, 4]  # chunks of 5 are not taken for chunks of 8
