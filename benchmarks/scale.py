@@ -73,8 +73,8 @@ STAGES = (
     "seismic_splade",
 )
 GROWING = ("seconds", "peak_rss", "peak_anon", "peak_gpu", "disk", "ms_per_query", "rank_disk")  # projected to MS MARCO
-# reported: an encoding's rate; agreement with an exact run
-MEASURES = (*GROWING, "docs_per_s", "recall_exact", "top10_overlap", "same_run")
+# reported: an encoding's rate and the runs it took; agreement with an exact run
+MEASURES = (*GROWING, "docs_per_s", "segments", "recall_exact", "top10_overlap", "same_run")
 
 
 def tree_rss(root: int) -> tuple[int, int]:
@@ -108,32 +108,50 @@ def tree_rss(root: int) -> tuple[int, int]:
     return total, anonymous
 
 
-def run_stage(stage: str, collection: Path, work: Path, memory_limit: int) -> dict[str, float | str]:
+def run_stage(
+    stage: str, collection: Path, work: Path, memory_limit: int, resume: bool = False
+) -> dict[str, float | str]:
     """One stage in a fresh process: its JSON result, plus the peak resident memory of its process tree.
 
     A stage whose tree passes ``memory_limit`` bytes is stopped (this machine would start swapping or kill
-    something else): its result is then the failure and the memory it reached.
+    something else): its result is then the failure and the memory it reached. The peaks so far are kept in
+    ``<work>/<stage>.peaks.json`` while the stage runs: with ``resume``, a stage that an earlier run left part-way
+    (an encoding stage goes on from its shards) starts from them, so its peaks are those of all its runs.
     """
-    env = os.environ | {"RETRIEVAL_ZOO_CACHE": str(work / "cache")}
+    from retrieval_zoo.cache import write_json
+
+    env = os.environ | {"RETRIEVAL_ZOO_CACHE": str(work / "cache"), "SCALE_RESUME": "1" if resume else "0"}
     command = [sys.executable, "-m", "benchmarks.scale_stages", stage, str(collection), str(work)]
+    peaks = work / f"{stage}.peaks.json"
+    earlier = json.loads(peaks.read_text()) if resume and peaks.exists() else {}
     process = subprocess.Popen(command, stdout=subprocess.PIPE, env=env, text=True, start_new_session=True)
-    peak, peak_anon, over, done = 0, 0, False, threading.Event()
+    peak, peak_anon = earlier.get("peak_rss", 0), earlier.get("peak_anon", 0)
+    over, done = False, threading.Event()
 
     def sample() -> None:
         nonlocal peak, peak_anon, over
+        written = time.monotonic()
         while not done.is_set():
             resident, anonymous = tree_rss(process.pid)
             peak, peak_anon = max(peak, resident), max(peak_anon, anonymous)
             if peak > memory_limit and not over:
                 over = True
                 os.killpg(process.pid, signal.SIGKILL)
+            if time.monotonic() - written > 5:
+                write_json(peaks, {"peak_rss": peak, "peak_anon": peak_anon})
+                written = time.monotonic()
             time.sleep(0.1)
 
     sampler = threading.Thread(target=sample, daemon=True)
     sampler.start()
-    output, _ = process.communicate()
-    done.set()
-    sampler.join()
+    try:
+        output, _ = process.communicate()
+    finally:  # the harness stopped (a signal, Ctrl-C): its stage, in a session of its own, stops with it
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+        done.set()
+        sampler.join()
+    peaks.unlink(missing_ok=True)
     memory = {"peak_rss": peak, "peak_anon": peak_anon}
     if over:
         return {"failed": f"stopped past {memory_limit / 2**30:.0f} GiB resident"} | memory
@@ -148,7 +166,7 @@ def human(measure: str, value: float | None) -> str:
         return ""
     if measure in ("peak_rss", "peak_anon", "peak_gpu", "disk", "rank_disk"):
         return f"{value / 2**30:.2f} GiB" if value >= 2**30 else f"{value / 2**20:.0f} MiB"
-    if measure == "docs_per_s":
+    if measure in ("docs_per_s", "segments"):
         return f"{value:,.0f}"
     if measure == "seconds":
         return f"{value / 3600:.1f} h" if value >= 3600 else f"{value:.1f} s" if value >= 10 else f"{value:.2f} s"
@@ -193,8 +211,10 @@ def main() -> None:
     parser.add_argument("--work", type=Path, default=Path("/tmp/retrieval_zoo-scale"))
     parser.add_argument("--memory-limit-gib", type=float, default=16.0, help="a stage past it is stopped")
     parser.add_argument("--plot", type=Path, help="a folder: also draw each measure's growth there (scale_plot)")
-    parser.add_argument("--resume", action="store_true", help="skip each size's stages measured without failure")
+    resume = "skip each size's stages measured without failure; an encoding stopped part-way goes on"
+    parser.add_argument("--resume", action="store_true", help=resume)
     args = parser.parse_args()
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))  # unwinds, so the stage is stopped too
     stages = args.stages.split(",")
     unknown = set(stages) - set(STAGES)
     if unknown:
@@ -209,7 +229,8 @@ def main() -> None:
             if args.resume and stage in results[size] and "failed" not in results[size][stage]:
                 print(f"[scale] {size:,} documents, {stage}: measured before (--resume)", file=sys.stderr)
                 continue
-            results[size][stage] = run_stage(stage, collection, work, int(args.memory_limit_gib * 2**30))
+            limit = int(args.memory_limit_gib * 2**30)
+            results[size][stage] = run_stage(stage, collection, work, limit, resume=args.resume)
             print(f"[scale] {size:,} documents, {stage}: {results[size][stage]}", file=sys.stderr, flush=True)
             saved.write_text(json.dumps({str(n): r for n, r in sorted(results.items())}, indent=1))
     print(f"\n## Scale harness  ({os.cpu_count()} cores)\n")

@@ -14,13 +14,21 @@ Each encodes as ``train.py`` encodes a trained model's corpus
 done; an off-the-shelf SPLADE is otherwise encoded on demand, shard by shard, in the searching process) on one
 device: CUDA in bf16 where there is one (``trainer=gpu``), else the CPU in float32, into a cache of its own emptied
 first (its token cache too: tokenizing is part of the time), so nothing comes from an earlier run. Besides the
-harness's figures a stage reports ``docs_per_s`` and, on CUDA, ``peak_gpu`` (the most memory torch held on the device).
+harness's figures a stage reports ``docs_per_s``, ``segments`` and, on CUDA, ``peak_gpu`` (the most memory torch held
+on the device).
+
+Resumed (the harness's ``--resume``, which sets :data:`RESUME`), an encoding stopped part-way (a machine's command
+limit, a kill) keeps the shards and token chunks it wrote and encodes the rest: its ``seconds`` are then the sum of
+its ``segments`` (:func:`segment_seconds`), each from its encoding's start to its end or, for one that was stopped,
+to the last file it wrote (what it did after that is done again by the next).
 """
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
+import time
 from functools import partial
 from pathlib import Path
 
@@ -28,6 +36,7 @@ import lightning as L
 import torch
 
 from benchmarks.common import composed
+from retrieval_zoo.cache import write_json
 from retrieval_zoo.data.collections import Collection
 from retrieval_zoo.data.corpus_store import corpus_ids
 from retrieval_zoo.encoding.corpus import predict_shards
@@ -39,10 +48,14 @@ def encoding(method: str, *overrides: str):
     """The stage encoding the corpus with ``conf/method/<method>.yaml`` (and ``overrides``)."""
 
     def stage(collection: Collection, work: Path) -> dict:
-        from benchmarks.scale_stages import SHARD_SIZE, folder_bytes, timed  # it imports this module's stages
+        from benchmarks.scale_stages import SHARD_SIZE, folder_bytes  # it imports this module's stages
 
         cache = work / f"encoded-{method}"
-        shutil.rmtree(cache, ignore_errors=True)
+        log = cache / "segments.json"
+        resumed = os.environ.get(RESUME) == "1" and log.exists()
+        if not resumed:
+            shutil.rmtree(cache, ignore_errors=True)
+        segments = json.loads(log.read_text()) if resumed else []
         os.environ["RETRIEVAL_ZOO_CACHE"] = str(cache)  # this stage's process only
         model, index = composed("method", method, *overrides, also=("index",))
         cuda = torch.cuda.is_available()
@@ -53,15 +66,39 @@ def encoding(method: str, *overrides: str):
             shards = CorpusShards(corpus_ids(collection.corpus), SHARD_SIZE, cache / "encoded")
             predict_shards(model, shards, index.doc_encoder(model, collection, BM25(collection)), make_trainer)
 
-        _, seconds = timed(encode)
+        segments.append({"started": time.time()})
+        write_json(log, segments)
+        encode()
+        segments[-1]["ended"] = time.time()
+        write_json(log, segments)
+        seconds = segment_seconds(segments, cache)
         figures = {
             "seconds": seconds,
             "docs_per_s": len(collection.corpus) / seconds,
             "disk": folder_bytes(cache / "encoded"),
+            "segments": len(segments),
         }
         return figures | ({"peak_gpu": torch.cuda.max_memory_allocated()} if cuda else {})
 
     return stage
+
+
+def segment_seconds(segments: list[dict[str, float]], cache: Path) -> float:
+    """The wall seconds of an encoding's ``segments`` ({"started", "ended"} epoch times, "ended" absent if stopped).
+
+    A stopped segment ends at the last modification of a file under ``cache`` before the next segment started (its
+    last shard or token chunk); one that left no file counts 0 s.
+    """
+    times = [path.stat().st_mtime for path in cache.rglob("*") if path.is_file() and path.name != "segments.json"]
+    total = 0.0
+    for segment, following in zip(segments, [*segments[1:], None], strict=True):
+        started = segment["started"]
+        ended = segment.get("ended")
+        if ended is None:
+            until = following["started"] if following is not None else time.time()
+            ended = max((t for t in times if started <= t < until), default=started)
+        total += ended - started
+    return total
 
 
 def splade_shards(collection: Collection, work: Path) -> CorpusShards:
@@ -98,6 +135,8 @@ def stage_gip_splade(collection: Collection, work: Path) -> dict:
     figures |= agreement(run, exact)
     return figures | ({"peak_gpu": torch.cuda.max_memory_allocated()} if torch.cuda.is_available() else {})
 
+
+RESUME = "SCALE_RESUME"  # "1": an encoding stage keeps what an earlier, stopped run of it wrote
 
 STAGES = {"encode_dense": encoding("dense", "backbone=bert_base_random"), "encode_splade": encoding("dlr_splade"),
           "gip_splade": stage_gip_splade}  # fmt: skip

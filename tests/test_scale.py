@@ -182,14 +182,39 @@ def test_resume_skips_the_stages_a_size_measured_and_reruns_its_failures(tmp_pat
     (tmp_path / "results.json").write_text(json.dumps(saved))
     ran = []
     monkeypatch.setattr("benchmarks.synthetic.synthesize", lambda size, out: out)
-    monkeypatch.setattr(scale, "run_stage", lambda stage, *_: ran.append(stage) or {"seconds": 2.0, "docs_per_s": 5e3})
+
+    def run_stage(stage, *_, resume):
+        assert resume  # an encoding stopped part-way goes on
+        ran.append(stage)
+        return {"seconds": 2.0, "docs_per_s": 5e3, "segments": 2}
+
+    monkeypatch.setattr(scale, "run_stage", run_stage)
     argv = ["scale", "--sizes", "10000", "--stages", "collection,faiss,encode_dense", "--work", str(tmp_path)]
     monkeypatch.setattr("sys.argv", [*argv, "--resume"])
     scale.main()
     assert ran == ["faiss", "encode_dense"]
     results = json.loads((tmp_path / "results.json").read_text())["10000"]
     assert results["collection"] == {"seconds": 1.0} and results["faiss"]["seconds"] == 2.0
-    assert "| encode_dense | docs_per_s | 5,000 |" in capsys.readouterr().out
+    printed = capsys.readouterr().out
+    assert "| encode_dense | docs_per_s | 5,000 |" in printed and "| encode_dense | segments | 2 |" in printed
+
+
+def test_a_resumed_encodings_seconds_are_its_segments_each_to_its_end_or_its_last_file(tmp_path) -> None:
+    from benchmarks.scale_gpu import segment_seconds
+
+    def wrote(name: str, at: float) -> None:
+        path = tmp_path / "encoded" / name
+        path.parent.mkdir(exist_ok=True)
+        path.write_text("x")
+        os.utime(path, (at, at))
+
+    wrote("shard-00000.pt", 1010.0)
+    wrote("shard-00001.pt", 1030.0)  # the first run's last file: it was stopped after it
+    wrote("shard-00002.pt", 2050.0)  # written by the second run
+    (tmp_path / "segments.json").write_text("[]")  # the log itself is no work
+    segments = [{"started": 1000.0}, {"started": 2000.0, "ended": 2100.0}]
+    assert segment_seconds(segments, tmp_path) == 30.0 + 100.0
+    assert segment_seconds([{"started": 3000.0}, *segments[1:]], tmp_path) == 0.0 + 100.0  # stopped before a file
 
 
 def test_every_harness_stage_has_its_stage_and_only_those() -> None:
