@@ -47,6 +47,7 @@ import time
 from pathlib import Path
 
 MSMARCO = 8_841_823
+RESUME = "SCALE_RESUME"  # set to "1" in a stage's environment by --resume: an encoding keeps what a stopped run wrote
 STAGES = (
     "collection",
     "bm25",
@@ -120,7 +121,7 @@ def run_stage(
     """
     from retrieval_zoo.cache import write_json
 
-    env = os.environ | {"RETRIEVAL_ZOO_CACHE": str(work / "cache"), "SCALE_RESUME": "1" if resume else "0"}
+    env = os.environ | {"RETRIEVAL_ZOO_CACHE": str(work / "cache"), RESUME: "1" if resume else "0"}
     command = [sys.executable, "-m", "benchmarks.scale_stages", stage, str(collection), str(work)]
     peaks = work / f"{stage}.peaks.json"
     earlier = json.loads(peaks.read_text()) if resume and peaks.exists() else {}

@@ -36,6 +36,7 @@ import lightning as L
 import torch
 
 from benchmarks.common import composed
+from benchmarks.scale import RESUME
 from retrieval_zoo.cache import write_json
 from retrieval_zoo.data.collections import Collection
 from retrieval_zoo.data.corpus_store import corpus_ids
@@ -135,8 +136,6 @@ def stage_gip_splade(collection: Collection, work: Path) -> dict:
     figures |= agreement(run, exact)
     return figures | ({"peak_gpu": torch.cuda.max_memory_allocated()} if torch.cuda.is_available() else {})
 
-
-RESUME = "SCALE_RESUME"  # "1": an encoding stage keeps what an earlier, stopped run of it wrote
 
 STAGES = {"encode_dense": encoding("dense", "backbone=bert_base_random"), "encode_splade": encoding("dlr_splade"),
           "gip_splade": stage_gip_splade}  # fmt: skip
