@@ -37,7 +37,7 @@ def measured(name: str, step: Callable[[], object]) -> object:
     def sample() -> None:
         nonlocal peak, peak_anon
         while not done.is_set():
-            resident, anonymous = tree_rss(os.getpid())
+            resident, anonymous, _ = tree_rss(os.getpid())
             peak, peak_anon = max(peak, resident), max(peak_anon, anonymous)
             time.sleep(0.05)
 

@@ -4,7 +4,8 @@ For each size, a synthetic collection (:mod:`benchmarks.synthetic`: the embedded
 perturbed copies, training queries in proportion) is written, and each stage runs in a fresh process under its own
 artifact cache, sampled every 0.1 s for the resident memory of its whole process tree (the Lucene JVM included),
 ``peak_rss``, and for the anonymous part of it, ``peak_anon`` (what the processes allocated, without the file pages of
-memory-mapped arrays they read, which the kernel can drop):
+memory-mapped arrays they read, which the kernel can drop), and for the part of its worker processes,
+``peak_workers`` (the Lucene worker, whose JVM's heap ``RETRIEVAL_ZOO_JVM_HEAP`` caps):
 
 - ``collection``: reading the TSV files into the project's collection (every stage below starts with it);
 - ``bm25``: the Lucene BM25 index (Anserini), then the 1,200 dev queries at k = 1000;
@@ -73,16 +74,18 @@ STAGES = (
     "lucene_impact_splade",
     "seismic_splade",
 )
-GROWING = ("seconds", "peak_rss", "peak_anon", "peak_gpu", "disk", "ms_per_query", "rank_disk")  # projected to MS MARCO
+# projected to MS MARCO
+GROWING = ("seconds", "peak_rss", "peak_anon", "peak_workers", "peak_gpu", "disk", "ms_per_query", "rank_disk")
 # reported: an encoding's rate and the runs it took; agreement with an exact run
 MEASURES = (*GROWING, "docs_per_s", "segments", "recall_exact", "top10_overlap", "same_run")
 
 
-def tree_rss(root: int) -> tuple[int, int]:
-    """Resident bytes of ``root`` and all its descendants, and the anonymous part of them (from /proc).
+def tree_rss(root: int) -> tuple[int, int, int]:
+    """Resident bytes of ``root`` and all its descendants, the anonymous part of them, and the descendants' alone.
 
     Anonymous memory is what the processes allocated (the JVM's heap, Python's objects, arrays in memory); the rest
-    is file pages, such as memory-mapped arrays that were read, which the kernel can drop under pressure.
+    is file pages, such as memory-mapped arrays that were read, which the kernel can drop under pressure. The
+    descendants are a stage's workers: the Lucene worker, whose JVM's heap ``RETRIEVAL_ZOO_JVM_HEAP`` caps.
     """
     children: dict[int, list[int]] = {}
     rss: dict[int, tuple[int, int]] = {}
@@ -106,7 +109,7 @@ def tree_rss(root: int) -> tuple[int, int]:
         resident, anon = rss.get(pid, (0, 0))
         total, anonymous = total + resident, anonymous + anon
         stack.extend(children.get(pid, []))
-    return total, anonymous
+    return total, anonymous, total - rss.get(root, (0, 0))[0]
 
 
 def run_stage(
@@ -126,20 +129,20 @@ def run_stage(
     peaks = work / f"{stage}.peaks.json"
     earlier = json.loads(peaks.read_text()) if resume and peaks.exists() else {}
     process = subprocess.Popen(command, stdout=subprocess.PIPE, env=env, text=True, start_new_session=True)
-    peak, peak_anon = earlier.get("peak_rss", 0), earlier.get("peak_anon", 0)
+    peak, peak_anon, peak_workers = (earlier.get(m, 0) for m in ("peak_rss", "peak_anon", "peak_workers"))
     over, done = False, threading.Event()
 
     def sample() -> None:
-        nonlocal peak, peak_anon, over
+        nonlocal peak, peak_anon, peak_workers, over
         written = time.monotonic()
         while not done.is_set():
-            resident, anonymous = tree_rss(process.pid)
-            peak, peak_anon = max(peak, resident), max(peak_anon, anonymous)
+            resident, anonymous, workers = tree_rss(process.pid)
+            peak, peak_anon, peak_workers = max(peak, resident), max(peak_anon, anonymous), max(peak_workers, workers)
             if peak > memory_limit and not over:
                 over = True
                 os.killpg(process.pid, signal.SIGKILL)
             if time.monotonic() - written > 5:
-                write_json(peaks, {"peak_rss": peak, "peak_anon": peak_anon})
+                write_json(peaks, {"peak_rss": peak, "peak_anon": peak_anon, "peak_workers": peak_workers})
                 written = time.monotonic()
             time.sleep(0.1)
 
@@ -153,7 +156,7 @@ def run_stage(
         done.set()
         sampler.join()
     peaks.unlink(missing_ok=True)
-    memory = {"peak_rss": peak, "peak_anon": peak_anon}
+    memory = {"peak_rss": peak, "peak_anon": peak_anon} | ({"peak_workers": peak_workers} if peak_workers else {})
     if over:
         return {"failed": f"stopped past {memory_limit / 2**30:.0f} GiB resident"} | memory
     if process.returncode:
@@ -165,7 +168,7 @@ def human(measure: str, value: float | None) -> str:
     """A figure as the table prints it."""
     if value is None:
         return ""
-    if measure in ("peak_rss", "peak_anon", "peak_gpu", "disk", "rank_disk"):
+    if measure in ("peak_rss", "peak_anon", "peak_workers", "peak_gpu", "disk", "rank_disk"):
         return f"{value / 2**30:.2f} GiB" if value >= 2**30 else f"{value / 2**20:.0f} MiB"
     if measure in ("docs_per_s", "segments"):
         return f"{value:,.0f}"
