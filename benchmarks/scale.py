@@ -49,6 +49,7 @@ from pathlib import Path
 
 MSMARCO = 8_841_823
 RESUME = "SCALE_RESUME"  # set to "1" in a stage's environment by --resume: an encoding keeps what a stopped run wrote
+TREE_MEMORY = ("peak_rss", "peak_anon", "peak_workers")  # the peaks of tree_rss's three figures, in its order
 STAGES = (
     "collection",
     "bm25",
@@ -126,23 +127,22 @@ def run_stage(
 
     env = os.environ | {"RETRIEVAL_ZOO_CACHE": str(work / "cache"), RESUME: "1" if resume else "0"}
     command = [sys.executable, "-m", "benchmarks.scale_stages", stage, str(collection), str(work)]
-    peaks = work / f"{stage}.peaks.json"
-    earlier = json.loads(peaks.read_text()) if resume and peaks.exists() else {}
+    kept = work / f"{stage}.peaks.json"
+    peaks = dict.fromkeys(TREE_MEMORY, 0) | (json.loads(kept.read_text()) if resume and kept.exists() else {})
     process = subprocess.Popen(command, stdout=subprocess.PIPE, env=env, text=True, start_new_session=True)
-    peak, peak_anon, peak_workers = (earlier.get(m, 0) for m in ("peak_rss", "peak_anon", "peak_workers"))
     over, done = False, threading.Event()
 
     def sample() -> None:
-        nonlocal peak, peak_anon, peak_workers, over
+        nonlocal over
         written = time.monotonic()
         while not done.is_set():
-            resident, anonymous, workers = tree_rss(process.pid)
-            peak, peak_anon, peak_workers = max(peak, resident), max(peak_anon, anonymous), max(peak_workers, workers)
-            if peak > memory_limit and not over:
+            for measure, value in zip(TREE_MEMORY, tree_rss(process.pid), strict=True):
+                peaks[measure] = max(peaks[measure], value)
+            if peaks["peak_rss"] > memory_limit and not over:
                 over = True
                 os.killpg(process.pid, signal.SIGKILL)
             if time.monotonic() - written > 5:
-                write_json(peaks, {"peak_rss": peak, "peak_anon": peak_anon, "peak_workers": peak_workers})
+                write_json(kept, peaks)
                 written = time.monotonic()
             time.sleep(0.1)
 
@@ -155,8 +155,8 @@ def run_stage(
             os.killpg(process.pid, signal.SIGKILL)
         done.set()
         sampler.join()
-    peaks.unlink(missing_ok=True)
-    memory = {"peak_rss": peak, "peak_anon": peak_anon} | ({"peak_workers": peak_workers} if peak_workers else {})
+    kept.unlink(missing_ok=True)
+    memory = {measure: value for measure, value in peaks.items() if value or measure != "peak_workers"}
     if over:
         return {"failed": f"stopped past {memory_limit / 2**30:.0f} GiB resident"} | memory
     if process.returncode:
@@ -168,7 +168,7 @@ def human(measure: str, value: float | None) -> str:
     """A figure as the table prints it."""
     if value is None:
         return ""
-    if measure in ("peak_rss", "peak_anon", "peak_workers", "peak_gpu", "disk", "rank_disk"):
+    if measure in (*TREE_MEMORY, "peak_gpu", "disk", "rank_disk"):
         return f"{value / 2**30:.2f} GiB" if value >= 2**30 else f"{value / 2**20:.0f} MiB"
     if measure in ("docs_per_s", "segments"):
         return f"{value:,.0f}"
