@@ -14,8 +14,8 @@ Each encodes as ``train.py`` encodes a trained model's corpus
 done; an off-the-shelf SPLADE is otherwise encoded on demand, shard by shard, in the searching process) on one
 device: CUDA in bf16 where there is one (``trainer=gpu``), else the CPU in float32, into a cache of its own emptied
 first (its token cache too: tokenizing is part of the time), so nothing comes from an earlier run. Besides the
-harness's figures a stage reports ``docs_per_s``, ``segments`` and, on CUDA, ``peak_gpu`` (the most memory torch held
-on the device).
+harness's figures a stage reports ``docs_per_s``, ``tokens`` (what the encoder read of the corpus, from its token
+cache), ``tokens_per_s``, ``segments`` and, on CUDA, ``peak_gpu`` (the most memory torch held on the device).
 
 Resumed (the harness's ``--resume``, which sets :data:`RESUME`), an encoding stopped part-way (a machine's command
 limit, a kill) keeps the shards and token chunks it wrote and encodes the rest: its ``seconds`` are then the sum of
@@ -41,8 +41,10 @@ from retrieval_zoo.cache import write_json
 from retrieval_zoo.data.collections import Collection
 from retrieval_zoo.data.corpus_store import corpus_ids
 from retrieval_zoo.encoding.corpus import predict_shards
+from retrieval_zoo.encoding.tokens import CachedTexts
 from retrieval_zoo.index.shards import CorpusShards
 from retrieval_zoo.lexical.lucene_bm25 import BM25
+from retrieval_zoo.methods.method import RetrievalMethod
 
 
 def encoding(method: str, *overrides: str):
@@ -63,25 +65,40 @@ def encoding(method: str, *overrides: str):
         make_trainer = partial(L.Trainer, accelerator="gpu" if cuda else "cpu", devices=1, logger=False,
                                precision="bf16-mixed" if cuda else "32-true", enable_progress_bar=False)  # fmt: skip
 
-        def encode() -> None:
-            shards = CorpusShards(corpus_ids(collection.corpus), SHARD_SIZE, cache / "encoded")
-            predict_shards(model, shards, index.doc_encoder(model, collection, BM25(collection)), make_trainer)
-
+        shards = CorpusShards(corpus_ids(collection.corpus), SHARD_SIZE, cache / "encoded")
         segments.append({"started": time.time()})
         write_json(log, segments)
-        encode()
+        predict_shards(model, shards, index.doc_encoder(model, collection, BM25(collection)), make_trainer)
         segments[-1]["ended"] = time.time()
         write_json(log, segments)
-        seconds = segment_seconds(segments, cache)
+        seconds, tokens = segment_seconds(segments, cache), corpus_tokens(model, collection, shards)
         figures = {
             "seconds": seconds,
             "docs_per_s": len(collection.corpus) / seconds,
+            "tokens": tokens,
+            "tokens_per_s": tokens / seconds,
             "disk": folder_bytes(cache / "encoded"),
             "segments": len(segments),
         }
         return figures | ({"peak_gpu": torch.cuda.max_memory_allocated()} if cuda else {})
 
     return stage
+
+
+def corpus_tokens(model: RetrievalMethod, collection: Collection, shards: CorpusShards) -> int:
+    """The tokens ``model``'s encoder read of the corpus (truncated, markers included), from its token cache.
+
+    An encoder's work grows with its tokens, not its documents: the synthetic collections' copies are longer than
+    the real documents before them (:mod:`benchmarks.synthetic`), so a larger corpus has more tokens a document.
+    """
+    texts = model.corpus_texts(collection)
+    total = 0
+    for shard in range(len(shards)):
+        batch = texts(shards.shard_docids(shard))
+        if not isinstance(batch, CachedTexts):
+            raise TypeError(f"{type(model).__name__} encodes texts without a token cache: no tokens to count")
+        total += sum(batch.lengths)
+    return total
 
 
 def segment_seconds(segments: list[dict[str, float]], cache: Path) -> float:
