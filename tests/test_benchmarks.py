@@ -149,3 +149,20 @@ def test_step_ops_counts_each_step_on_the_meta_device_with_cuda_branches(tiny, t
     _, csurf = step_ops("csurf", tiny, tiny_bm25)
     assert any(line.startswith("lexical/csf_fixed.py") for line in csurf.lines)  # CUDA's fixed shapes, not listed
     assert "nonzero" not in csurf.kernels  # the listed path's op, which the meta device could not run anyway
+
+
+def test_the_stage_memory_table_gives_what_each_phase_adds_a_document_worked_by_hand(capsys) -> None:
+    from benchmarks.stage_memory import table
+
+    def measured(imports: int, index: int) -> dict:
+        marks = [{"phase": "imports", "now": imports, "peak": imports},
+                 {"phase": "build", "now": imports + index, "peak": imports + 2 * index}]  # fmt: skip
+        return {"sparse": {"phases": marks, "index": index, "children": 0}}
+
+    mib = 2**20
+    table({100_000: measured(300 * mib, 100 * mib), 300_000: measured(300 * mib, 400 * mib)})
+    rows = {line.split("|")[2].strip(): line for line in capsys.readouterr().out.splitlines()[2:]}
+    assert rows["imports"].endswith("| 300 / 300 | 300 / 300 | 0.00 |")  # the same at both sizes
+    per_doc = 300 * mib / 200_000 / 1024  # the build adds 300 MiB for 200,000 more documents
+    assert rows["build"].endswith(f"| 400 / 500 | 700 / 1,100 | {per_doc:.2f} |")
+    assert rows["nbytes"].endswith(f"| 100 | 400 | {per_doc:.2f} |")

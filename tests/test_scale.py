@@ -73,6 +73,39 @@ def test_growth_exponent_and_projection_worked_by_hand(capsys) -> None:
     assert "exit 1" in gip
 
 
+def test_the_straight_line_projection_keeps_a_fixed_part_fixed_worked_by_hand(capsys) -> None:
+    # 1 GiB of imports plus 1 KiB a document: 1.01 GiB at 10,000 documents, 1.10 GiB at 100,000
+    fixed, per_doc = 2**30, 1024
+    small, large = fixed + per_doc * 10_000, fixed + per_doc * 100_000
+    assert scale.line(10_000, small, 100_000, large) == pytest.approx(fixed + per_doc * scale.MSMARCO)
+    assert scale.exponent(small, large, 10.0) < 0.05  # the power law keeps it near 1.10 GiB at 8.8M
+    assert scale.line(10_000, 2.0, 100_000, 1.0) is None  # falling: the line crosses 0 before 8.8M
+    assert scale.line(10_000, None, 100_000, 1.0) is None
+    scale.report({10_000: {"bmp": {"peak_rss": small}}, 100_000: {"bmp": {"peak_rss": large}}}, ["bmp"])
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].endswith(f"| exponent | projected to {scale.MSMARCO:,} | line to {scale.MSMARCO:,} |")
+    cells = next(line for line in lines if line.startswith("| bmp | peak_rss")).strip("|").split("|")
+    power = large * (scale.MSMARCO / 100_000) ** scale.exponent(small, large, 10.0)
+    assert [cell.strip() for cell in cells[-2:]] == [
+        f"{power / 2**30:.2f} GiB",
+        f"{(fixed + per_doc * scale.MSMARCO) / 2**30:.2f} GiB",
+    ]
+
+
+def test_an_encodings_tokens_are_what_its_tokenizer_gives_each_document(tiny, isolated_cache) -> None:
+    from benchmarks.common import composed
+    from benchmarks.scale_gpu import corpus_tokens
+    from retrieval_zoo.data.corpus_store import corpus_ids
+    from retrieval_zoo.index.shards import CorpusShards
+
+    model = composed("method", "dlr_splade")
+    tokenizer = model.text_tokenizer()
+    assert tokenizer is not None
+    expected = sum(len(ids) for ids in tokenizer.unpadded(list(tiny.corpus.values()), "doc"))
+    shards = CorpusShards(corpus_ids(tiny.corpus), 7)  # a last shard shorter than the others
+    assert corpus_tokens(model, tiny, shards) == expected > len(tiny.corpus)
+
+
 CHILD = """
 import sys
 import numpy as np
