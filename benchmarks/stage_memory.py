@@ -4,8 +4,9 @@ The harness (:mod:`benchmarks.scale`) records one peak a stage. Here each index 
 ``encode_splade``'s shards of a harness work folder, one size and index in a fresh process, as its ``*_splade``
 stage does, and this process's anonymous memory is read after each phase (and its peak sampled within it):
 imports, the collection, the model, the build, then glibc's ``malloc_trim`` (what the build freed but the allocator
-kept, returned: the rest is what the index holds), the three searches of the dev queries at k = 1000 with the first
-run kept (as the stage keeps it for the agreement), and the largest child process's peak (BMP's ``ciff2bmp``).
+kept, returned: the rest is what the index holds), two searches of the dev queries at k = 1000 with the first run
+kept (the stage keeps it for the agreement while it times two more), and the largest child process's peak (BMP's
+``ciff2bmp``).
 Between two sizes, each phase's growth a document is printed: what a straight line projects to MS MARCO.
 
     python -m benchmarks.stage_memory --work /tmp/retrieval_zoo-scale --sizes 100000,300000 [--indexes sparse,bmp]
@@ -80,8 +81,7 @@ def measure(index_name: str, collection_folder: Path, work: Path) -> dict:
         retriever.encode_query = memoized(retriever.encode_query)
         queries = collection.judged_queries("dev")
         run = retriever.search(queries, K)
-        for _ in range(2):
-            retriever.search(queries, K)
+        retriever.search(queries, K)  # a second run beside the first, as the stage's timed searches make
         phases.mark("search")
     children = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * 1024
     return {"phases": phases.marks, "index": retriever.nbytes, "children": children, "queries": len(run)}
