@@ -87,6 +87,16 @@ def measure(index_name: str, collection_folder: Path, work: Path) -> dict:
     return {"phases": phases.marks, "index": retriever.nbytes, "children": children, "queries": len(run)}
 
 
+EXTRA = (("index", "nbytes"), ("children", "largest child's peak"))  # a measured figure's key, and its row's label
+
+
+def per_document(values: list[int], sizes: list[int]) -> str:
+    """What ``values`` (bytes, one a size) grow a document between the two largest ``sizes``, in KiB ("" for one)."""
+    if len(sizes) < 2:
+        return ""
+    return f"{(values[-1] - values[-2]) / (sizes[-1] - sizes[-2]) / 1024:.2f}"
+
+
 def table(results: dict[int, dict[str, dict]]) -> None:
     """Each index's phases at each size, and what each phase adds a document between the two largest sizes.
 
@@ -99,19 +109,15 @@ def table(results: dict[int, dict[str, dict]]) -> None:
     print("|---|---|" + "---|" * (len(sizes) + 1))
     for name in results[sizes[0]]:
         rows = [results[n][name] for n in sizes]
-        extra = [("index", "nbytes"), ("children", "largest child's peak")]
         for position, mark in enumerate(rows[0]["phases"]):
             cells = [f"{r['phases'][position]['now'] / 2**20:,.0f} / {r['phases'][position]['peak'] / 2**20:,.0f}"
                      for r in rows]  # fmt: skip
             ends = [r["phases"][position]["now"] - (r["phases"][position - 1]["now"] if position else 0) for r in rows]
-            slope = (ends[-1] - ends[-2]) / (sizes[-1] - sizes[-2]) / 1024 if len(sizes) > 1 else None
-            grown = f"{slope:.2f}" if slope is not None else ""
-            print(f"| {name} | {mark['phase']} | {' | '.join(cells)} | {grown} |")
-        for key, label in extra:
+            print(f"| {name} | {mark['phase']} | {' | '.join(cells)} | {per_document(ends, sizes)} |")
+        for key, label in EXTRA:
             values = [r[key] for r in rows]
-            slope = (values[-1] - values[-2]) / (sizes[-1] - sizes[-2]) / 1024 if len(sizes) > 1 else None
-            grown = f"{slope:.2f}" if slope is not None else ""
-            print(f"| {name} | {label} | {' | '.join(f'{v / 2**20:,.0f}' for v in values)} | {grown} |")
+            cells = [f"{v / 2**20:,.0f}" for v in values]
+            print(f"| {name} | {label} | {' | '.join(cells)} | {per_document(values, sizes)} |")
 
 
 def main() -> None:
