@@ -79,7 +79,8 @@ def row_range(matrix: torch.Tensor, start: int, stop: int) -> torch.Tensor:
     """Rows ``start`` to ``stop`` (exclusive) of ``matrix``, in its layout."""
     if not is_csr(matrix):
         return matrix[start:stop]
-    offsets, columns, values = parts(matrix)
+    # the arrays as stored: parts() would convert a whole matrix's indices to int64 for every block cut from it
+    offsets, columns, values = matrix.crow_indices(), matrix.col_indices(), matrix.values()
     stop = min(stop, matrix.shape[0])
     first, last = int(offsets[start]), int(offsets[stop])
     return csr(offsets[start : stop + 1] - first, columns[first:last], values[first:last], matrix.shape[1])

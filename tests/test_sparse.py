@@ -1,7 +1,10 @@
+import platform
+
 import pytest
 import torch
 
 from retrieval_zoo.encoding.encoder import BERT_DISCARD
+from retrieval_zoo.host_memory import release_freed_memory
 from retrieval_zoo.index.shards import CorpusShards
 from retrieval_zoo.index.terms.sparse import Sparse, SparseRetriever
 from retrieval_zoo.methods.delade import DeLADE
@@ -43,6 +46,21 @@ def test_sparse_search_by_hand() -> None:
     # 6 non-zeros once id 0 is discarded (float32 values, int32 ids), 4 int32 row offsets, 3 x 2 float32 [CLS].
     assert retriever.nbytes == 6 * 8 + 4 * 4 + 6 * 4
     assert retriever.lexical_nonzero == 2.0
+
+
+def test_the_fused_search_and_its_parts_from_one_product_keep_each_part_its_own() -> None:
+    corpus = {"a": "d1", "b": "d2", "c": "d3"}
+    shards = CorpusShards.on_demand(list(corpus), lambda ids: dict(zip(("lexical", "cls"), encode(
+        [corpus[d] for d in ids]), strict=True)), 3)  # fmt: skip
+    retriever = SparseRetriever.from_shards(encode, shards, lam=0.5, discard=1, batch_size=2)
+    fused, parts = retriever.search_with_parts({"x": "q1", "y": "q2"}, 2, depth=3)
+    # the fused sum is made in place of the lexical scores, after the lexical part's own top 3 is taken (values of
+    # test_sparse_search_by_hand): lexical q1 a = 4, c = 3, b = 0 and q2 b = 5.5, c = 3, a = 0; semantic 0.5·<q, d>
+    assert fused == {"x": pytest.approx({"a": 4.5, "c": 3.0}), "y": pytest.approx({"b": 5.5, "c": 3.0})}
+    assert parts["lexical"]["x"] == pytest.approx({"a": 4.0, "c": 3.0, "b": 0.0})
+    assert parts["lexical"]["y"] == pytest.approx({"b": 5.5, "c": 3.0, "a": 0.0})
+    assert parts["semantic"]["x"] == pytest.approx({"b": 1.0, "a": 0.5, "c": 0.0})
+    assert parts["semantic"]["y"] == pytest.approx({"a": 0.5, "b": 0.0, "c": 0.0})
 
 
 def test_bm25_sparse_vectors_score_exactly_bm25(tiny, tiny_bm25) -> None:
@@ -105,3 +123,7 @@ def test_a_few_queries_are_encoded_once_for_the_fusion_and_each_part() -> None:
     retriever.search(many, 2)
     retriever.search(many, 2)
     assert calls[1:] == [FEW_QUERIES + 1] * 2
+
+
+def test_the_build_hands_freed_memory_back_where_the_c_library_is_glibc() -> None:
+    assert release_freed_memory() == (platform.libc_ver()[0] == "glibc")  # elsewhere a no-op that says so

@@ -55,6 +55,15 @@ def test_row_operations_equal_the_dense_ones_in_either_layout(layout: str) -> No
     assert torch.equal(torch.stack(list(each_row(given, block=3))), matrix)
 
 
+def test_a_csr_row_range_views_its_matrix_arrays_instead_of_copying_them() -> None:
+    given = to_csr(weights(rows=9))
+    block = row_range(given, 3, 7)  # the exact index cuts every shard this way: no whole-shard int64 copy a block
+    for array in ("col_indices", "values"):
+        whole, part = getattr(given, array)(), getattr(block, array)()
+        assert part.untyped_storage().data_ptr() == whole.untyped_storage().data_ptr()
+    assert block.col_indices().dtype == block.crow_indices().dtype == torch.int32
+
+
 def test_a_batched_csr_encoding_comes_back_in_input_order_and_stays_csr() -> None:
     matrix = weights(rows=9, width=5)
     texts = ["x" * n for n in (3, 9, 1, 7, 2, 8, 5, 4, 6)]  # batched by length, not in this order

@@ -27,6 +27,7 @@ from retrieval_zoo.data.collections import Collection
 from retrieval_zoo.data.corpus_store import corpus_ids
 from retrieval_zoo.encoding.batching import QueryPrep
 from retrieval_zoo.evaluation.metrics import Measure
+from retrieval_zoo.host_memory import release_freed_memory
 from retrieval_zoo.index.representations import OffersTermWeights
 from retrieval_zoo.index.shards import CorpusShards
 from retrieval_zoo.index.terms.dhr import PartEncoder
@@ -119,6 +120,8 @@ class SeismicRetriever(ImpactRetriever):
         build = (seismic.SeismicIndexLV if large else seismic.SeismicIndex).build_from_dataset
         index = build(dataset, n_postings=n_postings, centroid_fraction=centroid_fraction,
                       summary_energy=summary_energy, doc_cut=doc_cut, num_threads=threads)  # fmt: skip
+        del dataset
+        release_freed_memory()  # the dataset's copy of the postings and the shards' arrays, freed
         return cls(encode_query, corpus, index, lam, discard, query_cut, heap_factor, candidates, threads, batch_size,
                    queries)  # fmt: skip
 

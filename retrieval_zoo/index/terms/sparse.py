@@ -19,6 +19,7 @@ from retrieval_zoo.data.collections import Collection
 from retrieval_zoo.data.corpus_store import corpus_ids
 from retrieval_zoo.data.formats import Run
 from retrieval_zoo.encoding.batching import PLAIN_QUERIES, QueryPrep, encode_payload
+from retrieval_zoo.host_memory import release_freed_memory
 from retrieval_zoo.id_index import IdIndex
 from retrieval_zoo.index.representations import OffersTermWeights
 from retrieval_zoo.index.shards import CorpusShards
@@ -37,14 +38,18 @@ def lexical_matrix(shards: CorpusShards, discard: int, batch_size: int) -> tuple
 
     The matrix is sparse CSR (float32 values, int32 term ids and row offsets), or dense float32 when the first rows
     are more than half non-zero, where CSR would be larger: SPLADE and BM25 vectors are sparse, DeLADE's softmax
-    vectors (Eq. 23) are not. Shards come dense or CSR (:mod:`retrieval_zoo.term_matrix`); a dense one is turned to
-    CSR ``batch_size`` rows at a time.
+    vectors (Eq. 23) are not. Shards come dense or CSR (:mod:`retrieval_zoo.term_matrix`); a CSR one is kept whole
+    until the concatenation, a dense one is turned to CSR ``batch_size`` rows at a time.
     """
     blocks, cls_parts, dense, row = [], [], None, 0
     for _, payload in shards:
         if payload.get("cls") is not None:
             cls_parts.append(payload["cls"])
         lexical = columns_from(payload["lexical"], discard)
+        if is_csr(lexical) and dense is None:
+            blocks.append(lexical)
+            row += lexical.shape[0]
+            continue
         for start in range(0, lexical.shape[0], batch_size):
             block = row_range(lexical, start, start + batch_size)
             if row == 0 and not is_csr(block) and 2 * nonzeros(block) > block.numel():  # the first rows decide
@@ -98,6 +103,7 @@ class SparseRetriever(PartSearch):
     ) -> SparseRetriever:  # fmt: skip
         """A retriever over the corpus's ``lexical`` (n, |V|) and optional ``cls`` (n, c) vectors, by shard."""
         docs, cls_vectors = lexical_matrix(shards, discard, batch_size)
+        release_freed_memory()  # the shards' arrays, freed after their concatenation
         return cls(encode_query, docs, cls_vectors, shards.docids, lam, discard, batch_size, device, queries)
 
     @property
@@ -148,13 +154,17 @@ class SparseRetriever(PartSearch):
                 lexical_scores = self.docs @ dense_rows(lexical, start, start + step).T.to(self.device)
             if depths.keys() - {"lexical"} and self.cls is not None and cls is not None:
                 semantic_scores = weight * (self.cls @ cls[start : start + step].T.to(self.device))
-            for part, depth in depths.items():
-                scores = torch.zeros(len(self.docids), len(qids[start : start + step]), device=self.device)
-                if part != "semantic" and lexical_scores is not None:
-                    scores += lexical_scores
-                if part != "lexical" and semantic_scores is not None:
-                    scores += semantic_scores
-                top_scores, rows = scores.T.topk(min(depth, len(self.docids)), dim=1)
+            # the fused sum last, made in place of the lexical scores: no third (documents, queries) matrix
+            for part in sorted(depths, key=lambda part: part is None):
+                if part == "semantic":
+                    scores = semantic_scores if semantic_scores is not None else torch.zeros(
+                        len(self.docids), len(qids[start : start + step]), device=self.device)  # fmt: skip
+                else:
+                    assert lexical_scores is not None  # made whenever a part other than semantic is asked for
+                    scores = lexical_scores
+                    if part is None and semantic_scores is not None:
+                        scores = lexical_scores.add_(semantic_scores)
+                top_scores, rows = scores.T.topk(min(depths[part], len(self.docids)), dim=1)
                 runs[part].update(ranked_run(qids[start : start + step], rows, top_scores, self.docids))
         return runs
 
