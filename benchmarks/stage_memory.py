@@ -15,7 +15,6 @@ Between two sizes, each phase's growth a document is printed: what a straight li
 from __future__ import annotations
 
 import argparse
-import ctypes
 import json
 import os
 import resource
@@ -64,6 +63,7 @@ def measure(index_name: str, collection_folder: Path, work: Path) -> dict:
     from benchmarks.scale_gpu import splade_shards
     from benchmarks.scale_stages import K, load
     from benchmarks.sparse_engines import memoized
+    from retrieval_zoo.host_memory import release_freed_memory
     from retrieval_zoo.lexical.lucene_bm25 import BM25
 
     phases.mark("imports")
@@ -76,7 +76,7 @@ def measure(index_name: str, collection_folder: Path, work: Path) -> dict:
     with torch.inference_mode():
         retriever = index.build(model, collection, BM25(collection), shards)
         phases.mark("build")
-        ctypes.CDLL("libc.so.6").malloc_trim(0)
+        release_freed_memory()
         phases.mark("malloc_trim")
         retriever.encode_query = memoized(retriever.encode_query)
         queries = collection.judged_queries("dev")

@@ -11,20 +11,20 @@ after a task.
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 import functools
 from collections.abc import Callable
 
 
 @functools.cache
 def _malloc_trim() -> Callable[[int], int] | None:
-    """The C library's ``malloc_trim`` (glibc's), or None where it has none (macOS, musl)."""
-    name = ctypes.util.find_library("c")
-    if name is None:
-        return None
+    """The C library's ``malloc_trim`` (glibc's), or None where it has none (macOS, musl).
+
+    Looked up among the symbols this process has loaded (``dlopen(NULL)``): ``ctypes.util.find_library`` would fork
+    ``ldconfig`` or a compiler, a child process as large as this one until it execs.
+    """
     try:
-        return ctypes.CDLL(name).malloc_trim
-    except (OSError, AttributeError):  # no such library or no such symbol: not glibc
+        return ctypes.CDLL(None).malloc_trim
+    except (OSError, AttributeError):  # no such symbol: not glibc
         return None
 
 

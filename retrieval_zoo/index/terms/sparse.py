@@ -149,7 +149,7 @@ class SparseRetriever(PartSearch):
         step = max(1, min(self.batch_size, SCORING_FLOATS // lexical.shape[1]))  # a vocabulary of millions: fewer
         runs: dict[str | None, Run] = {part: {} for part in depths}
         for start in range(0, len(qids), step):
-            lexical_scores = semantic_scores = None
+            lexical_scores = semantic_scores = scores = None  # the last batch's freed before this one's products
             if depths.keys() - {"semantic"}:
                 lexical_scores = self.docs @ dense_rows(lexical, start, start + step).T.to(self.device)
             if depths.keys() - {"lexical"} and self.cls is not None and cls is not None:
