@@ -3,10 +3,12 @@
 import ast
 import importlib
 import importlib.util
+import math
 import re
 from pathlib import Path
 
 import pytest
+import torch
 
 BENCHMARKS = sorted((Path(__file__).resolve().parents[1] / "benchmarks").glob("*.py"))
 
@@ -166,3 +168,13 @@ def test_the_stage_memory_table_gives_what_each_phase_adds_a_document_worked_by_
     per_doc = 300 * mib / 200_000 / 1024  # the build adds 300 MiB for 200,000 more documents
     assert rows["build"].endswith(f"| 400 / 500 | 700 / 1,100 | {per_doc:.2f} |")
     assert rows["nbytes"].endswith(f"| 100 | 400 | {per_doc:.2f} |")
+
+
+def test_standin_shards_weigh_each_word_piece_by_log_one_plus_its_count_and_skip_the_low_ids() -> None:
+    from benchmarks.standin_shards import standin_vectors
+
+    vectors = standin_vectors([[1000, 5, 1000, 1002], [101, 999]], width=1003)  # 5 and 101: special ids, dropped
+    assert vectors.layout == torch.sparse_csr and vectors.col_indices().dtype == torch.int32
+    expected = torch.zeros(2, 1003)
+    expected[0, 1000], expected[0, 1002], expected[1, 999] = math.log(3.0), math.log(2.0), math.log(2.0)
+    torch.testing.assert_close(vectors.to_dense(), expected)  # float32 log1p: within its rounding
