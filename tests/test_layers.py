@@ -31,6 +31,7 @@ LAYERS = [  # lowest first; a module may import from its own layer and the ones 
             "hub_modules",
             "bounds",
             "host_work",
+            "host_memory",
             "plots",  # matplotlib on Agg, a figure saved whole
             "conf",  # the configs shipped with the package (no code)
         },
