@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # One lent GPU machine's measurements (../shared/GPU.md), run from the repository root there:
 #   bash benchmarks/gpu_session.sh STAGE...   STAGE: check, bf16, e2e, compiled, syncs, recheck, csurf_shapes,
-#                                             compiled_step, fixed_cost, grounding, csurf_precision,
-#                                             recipes, profile, scale
+#                                             compiled_step, fixed_cost, delade_softmax, grounding,
+#                                             csurf_precision, recipes, profile, scale
 # Needs .gpu/ prepared on a machine with the package index and Java (benchmarks/gpu_prepare.sh). Each stage writes
 # its log under $OUT (or /tmp/gpu_out) as it runs, so a command stopped at its limit still returns what it measured.
 set -uo pipefail
@@ -74,6 +74,9 @@ for stage in "$@"; do
       python3 -m benchmarks.gpu_throughput --device cuda --backbone tiny_random --precision bf16 --fixed-cost \
         --methods "${FIXED_METHODS:-dense,clear,roc,delade_cls,csurf}" --repeat 1 --queries 0 --docs 64 \
         --bm25 replay=.gpu/bm25.pkl.gz 2>&1 | tee "$out/fixed_cost.log" | tr '\r' '\n' | grep -E "$table" ;;
+    delade_softmax)  # Eq. 23's forward and backward: the CPU's exact path against the fused softmax training takes here
+      python3 -m benchmarks.delade_softmax --device cuda --dtype bfloat16 2>&1 | tee "$out/delade_softmax.log" \
+        | grep -E "$table" ;;
     grounding)  # CSurF's forms grounded on their source vectors: a gather of rows against the one-hot product
       python3 -m benchmarks.csf_grounding --device cuda 2>&1 | tee "$out/grounding.log" | grep -E "$table" ;;
     csurf_precision)  # |C^d| and MRR@10 in each precision over ${SEEDS}: a seed's spread is as wide as the gap

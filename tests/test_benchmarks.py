@@ -178,3 +178,16 @@ def test_standin_shards_weigh_each_word_piece_by_log_one_plus_its_count_and_skip
     expected = torch.zeros(2, 1003)
     expected[0, 1000], expected[0, 1002], expected[1, 999] = math.log(3.0), math.log(2.0), math.log(2.0)
     torch.testing.assert_close(vectors.to_dense(), expected)  # float32 log1p: within its rounding
+
+
+def test_the_byte_counter_adds_up_large_operands_read_and_written_worked_by_hand() -> None:
+    from benchmarks.delade_softmax import LargeOperandBytes
+
+    x, small = torch.empty(2, 3, device="meta"), torch.empty(2, 1, device="meta")  # 24 bytes; 8, under the limit
+    with LargeOperandBytes(numel=6) as count:
+        y = x.exp()  # 24 read + 24 written
+        y.mul_(small)  # in place: 24 read + 24 written; the small operand not counted
+        torch.empty_like(y)  # an allocation: nothing moved
+        y.view(3, 2).t()  # views: nothing moved
+        y.gather(1, torch.zeros(2, 1, dtype=torch.long, device="meta"))  # 2 elements of 4 bytes, read and written
+    assert count.bytes == 24 + 24 + 24 + 24 + 2 * 2 * 4

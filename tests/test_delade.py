@@ -7,7 +7,7 @@ from retrieval_zoo.lexical.delade_vectors import (
     _WeightedSoftmaxMax,
     delade_vectors,
     delade_vectors_naive,
-    fused_best_candidates,
+    fused_candidates,
     log_normalisers,
     rows_per_chunk,
 )
@@ -60,7 +60,8 @@ def running_max_reference(z: torch.Tensor, weights: torch.Tensor, real: torch.Te
     return best, winner
 
 
-def test_vectorised_forward_equals_the_running_max_it_replaced() -> None:
+@pytest.mark.parametrize("fused", [False, True])  # the CPU's path, and the accelerator's (forced here on a CPU)
+def test_vectorised_forward_equals_the_running_max_it_replaced(fused: bool) -> None:
     torch.manual_seed(1)
     z = torch.randn(4, 9, 300) * 4
     weights = torch.randn(4, 9)
@@ -70,9 +71,10 @@ def test_vectorised_forward_equals_the_running_max_it_replaced() -> None:
     real[1, 5:], real[2, 1:] = False, False
     real[3] = False  # no real token at all: -inf everywhere, as before
     ctx = type("Ctx", (), {"save_for_backward": lambda self, *tensors: setattr(self, "saved", tensors)})()
-    best = _WeightedSoftmaxMax.forward(ctx, z, weights, real)
+    best = _WeightedSoftmaxMax.forward(ctx, z, weights, real, fused)
     expected_best, expected_winner = running_max_reference(z, weights, real)
-    assert torch.allclose(best, expected_best, rtol=1e-6, atol=0) and torch.equal(best.isinf(), expected_best.isinf())
+    rtol = float32_rounding(300) if fused else 1e-6  # fused: probabilities normalised another way over 300 ids
+    assert torch.allclose(best, expected_best, rtol=rtol, atol=0) and torch.equal(best.isinf(), expected_best.isinf())
     assert torch.equal(ctx.saved[2], expected_winner)
 
 
@@ -114,12 +116,40 @@ def test_the_accelerators_fused_encoding_gives_the_vectors_to_float32_rounding(m
         weights = torch.nn.functional.pad(weight(hidden[:, 1:]).squeeze(-1), (1, 0))
         real = mask != 0
         real[:, 0] = False
-        fused = fused_best_candidates(logits, weights, real)
+        fused = fused_candidates(logits, weights, real, winners=False)[1]
     assert fused.dtype == torch.float32 and torch.equal(fused.isinf(), expected.isinf()) and fused[3].isinf().all()
     finite = expected.isfinite()  # a probability normalised over 40 ids, times w: a few roundings apart
     scale = float(expected[finite].abs().max())
     assert torch.allclose(fused[finite], expected[finite], rtol=0, atol=float32_rounding(40) * scale)
-    assert fused_best_candidates(logits[:0], weights[:0], real[:0]).shape == (0, 40)
+    assert fused_candidates(logits[:0], weights[:0], real[:0], winners=False)[1].shape == (0, 40)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_the_accelerators_fused_training_gives_vectors_and_gradients_to_float32_rounding(monkeypatch, dtype) -> None:
+    # Off the CPU, training takes softmax's own kernel too (forced here on a CPU), on logits in autocast's dtype
+    torch.manual_seed(5)
+    monkeypatch.setattr("retrieval_zoo.lexical.delade_vectors.DEVICE_CHUNK_BYTES", 2 * 7 * 40 * 4)  # 2 rows a chunk
+    logits = (torch.randn(5, 7, 40) * 3).to(dtype)
+    weights = torch.randn(5, 7).abs() + 0.5  # winners apart by more than rounding: the same winners both ways
+    real = torch.tensor([[1] * 7, [1] * 3 + [0] * 4, [1] * 7, [1, 1] + [0] * 5, [1] * 6 + [0]]) != 0
+    real[:, 0] = False
+    upstream = torch.randn(5, 40)
+
+    def vectors_and_gradients(fused: bool) -> tuple[torch.Tensor, ...]:
+        z = logits.clone().requires_grad_(True) if fused else logits.float().requires_grad_(True)
+        w = weights.clone().requires_grad_(True)
+        out = _WeightedSoftmaxMax.apply(z, w, real, fused)
+        return out.detach(), *torch.autograd.grad((out * upstream).sum(), (z, w))
+
+    expected, fused = vectors_and_gradients(False), vectors_and_gradients(True)
+    assert fused[1].dtype == dtype and fused[0].dtype == fused[2].dtype == torch.float32
+    for name, want, got in zip(("vectors", "logits' gradient", "weights' gradient"), expected, fused, strict=True):
+        got = got.float()
+        # probabilities normalised over 40 ids (a few roundings apart), in sums of up to 40 terms; bf16's own
+        # rounding of the gradient it returns on top (8 bits of mantissa: 2^-8 of each value)
+        rtol = 2.0**-8 if dtype == torch.bfloat16 and name == "logits' gradient" else 0
+        atol = float32_rounding(40) * float(want.abs().max())
+        assert torch.allclose(got, want, rtol=rtol, atol=atol), name
 
 
 def test_log_normalisers_are_torch_logsumexp_bit_for_bit() -> None:

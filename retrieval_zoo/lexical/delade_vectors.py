@@ -11,7 +11,8 @@ rows at a time, reduced by a max over positions (no Python loop over tokens) and
 get −inf by adding a (B, L, 1) bias, a fraction of a masked fill's cost on a CPU. Chunks keep the scratch tensor
 bounded (on a CPU, first touching a fresh gigabyte costs more than the arithmetic, so chunks stay small there).
 [CLS] is left out by the mask, not by slicing the logits, whose slice would cost autograd another (B, L, V)
-gradient and copy. Without gradients (encoding) the max keeps no winners and no probabilities are kept.
+gradient and copy. Without gradients (encoding) the max keeps no winners and no probabilities are kept. Off the CPU
+(:func:`fused_candidates`) the probabilities come from torch's fused softmax, encoding and training alike.
 :func:`delade_vectors_naive` is the literal formula; a test holds the two equal.
 """
 
@@ -40,25 +41,36 @@ class _WeightedSoftmaxMax(torch.autograd.Function):
     With p = softmax(z_i), i*(v) the winning position of v and out_v = w_{i*} p_{i* v}:
     ∂L/∂z_iu = [i*(u) = i]·g_u·out_u − p_iu·S_i and ∂L/∂w_i = Σ_{v: i*(v) = i} g_v·p_iv, where
     S_i = Σ_{v: i*(v) = i} g_v·out_v. The forward keeps p, (B, L, V), which the backward turns into ∂L/∂z in place:
-    one (B, L, V) tensor from the forward to the end of the backward, with no loop over positions.
+    one (B, L, V) tensor from the forward to the end of the backward, with no loop over positions. With ``fused``
+    (off the CPU) the forward is :func:`fused_candidates` and z may be bf16: p stays float32 and ∂L/∂z takes z's dtype.
     """
 
     @staticmethod
-    def forward(ctx, z: torch.Tensor, weights: torch.Tensor, real: torch.Tensor) -> torch.Tensor:  # noqa: ANN001
-        probabilities, best, winner = best_candidates(z, weights, real, winners=True)
+    def forward(  # noqa: ANN001
+        ctx, z: torch.Tensor, weights: torch.Tensor, real: torch.Tensor, fused: bool
+    ) -> torch.Tensor:
+        candidates = fused_candidates if fused else best_candidates
+        probabilities, best, winner = candidates(z, weights, real, winners=True)
         ctx.save_for_backward(weights, probabilities, winner, best)
+        ctx.logits_dtype = z.dtype
         return best
 
     @staticmethod
-    def backward(ctx, grad: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, None]:  # noqa: ANN001
+    def backward(ctx, grad: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, None, None]:  # noqa: ANN001
         weights, probabilities, winner, best = ctx.saved_tensors
         contribution = grad * best  # g_v·out_v, (B, V)
         per_position = torch.zeros_like(weights).scatter_add_(1, winner, contribution)  # S_i, (B, L)
         winner_probability = probabilities.gather(1, winner.unsqueeze(1)).squeeze(1)  # p_{i* v}
         grad_weights = torch.zeros_like(weights).scatter_add_(1, winner, grad * winner_probability)
-        grad_z = probabilities.mul_(-per_position.unsqueeze(-1))  # the kept p, used up: a second backward fails
-        grad_z.scatter_add_(1, winner.unsqueeze(1), contribution.unsqueeze(1))
-        return grad_z, grad_weights, None
+        minus_s = -per_position.unsqueeze(-1)  # (B, L, 1)
+        winners_grad = (winner_probability * minus_s.squeeze(-1).gather(1, winner)).add_(contribution)  # float32
+        # −p_iu·S_i written straight in the logits' dtype (bf16: no float32 gradient to cast); float32: over the kept
+        # p, used up, so a second backward fails. The winners' entries, −p·S + g·out, each rounded once, set after.
+        same = ctx.logits_dtype == probabilities.dtype
+        into = probabilities if same else probabilities.new_empty(probabilities.shape, dtype=ctx.logits_dtype)
+        grad_z = torch.mul(probabilities, minus_s, out=into)
+        grad_z.scatter_(1, winner.unsqueeze(1), winners_grad.unsqueeze(1).to(ctx.logits_dtype))
+        return grad_z, grad_weights, None, None
 
 
 def delade_vectors(
@@ -79,30 +91,47 @@ def delade_vectors(
     weights = torch.nn.functional.pad(weights, (1, 0))  # (B, L): a masked 0 at [CLS], so z needs no slicing
     real = attention_mask != 0
     real[:, 0] = False  # [CLS] (position 0) never counts
+    fused = logits.device.type != "cpu"  # the CPU keeps the bits of the registered figures (fused_candidates)
     if not (torch.is_grad_enabled() and (logits.requires_grad or weights.requires_grad)):  # encoding: no winners
-        if logits.device.type != "cpu":
-            return fused_best_candidates(logits, weights, real)
+        if fused:
+            return fused_candidates(logits, weights, real, winners=False)[1]
         return best_candidates(logits.float(), weights, real, winners=False)[1]
-    return _WeightedSoftmaxMax.apply(logits.float(), weights, real)
+    return _WeightedSoftmaxMax.apply(logits if fused else logits.float(), weights, real, fused)
 
 
-def fused_best_candidates(logits: torch.Tensor, weights: torch.Tensor, real: torch.Tensor) -> torch.Tensor:
-    """The (B, V) max candidates of :func:`best_candidates` in three passes over each chunk of rows, for encoding.
+def fused_candidates(
+    logits: torch.Tensor, weights: torch.Tensor, real: torch.Tensor, winners: bool
+) -> tuple[torch.Tensor | None, torch.Tensor, torch.Tensor | None]:
+    """:func:`best_candidates` off the CPU: the softmax by torch's fused kernel, the candidates by one ``addcmul``.
 
-    torch's fused softmax (float32 from the logits' dtype, no float32 copy of them), then w_i·p_iv plus the padding's
-    −inf in one ``addcmul`` written over the probabilities, then the max: a GPU reads and writes (B, L, V) three times
-    instead of eight. Its probabilities are exp(z − max) / Σ exp(z − max) where :func:`best_candidates` takes
-    exp(z − logsumexp(z)): the same to float32 rounding, not the same bits, so the CPU (whose figures the registry
-    holds) keeps :func:`best_candidates`.
+    The probabilities are float32 from the logits' dtype (no float32 copy of bf16 logits), w_i·p_iv plus the
+    padding's −inf is one ``addcmul``, and the max with positions is torch's (one kernel on a GPU): a GPU reads and
+    writes (B, L, V) about three times instead of eight. With ``winners`` (training) the whole batch's probabilities
+    are kept for the backward and the candidates go a chunk of rows at a time into a bounded scratch tensor; without
+    (encoding) each chunk's probabilities are overwritten by its candidates. They are exp(z − max) / Σ exp(z − max)
+    where :func:`best_candidates` takes exp(z − logsumexp(z)): the same to float32 rounding, not the same bits, so the
+    CPU (whose figures the registry holds) keeps :func:`best_candidates`.
     """
     padding = padding_bias(real, torch.float32)
-    step = rows_per_chunk(logits, element_size=4)  # a chunk's float32 probabilities
-    bests = []
-    for start in range(0, max(len(logits), 1), step):
+    probabilities = torch.softmax(logits, dim=-1, dtype=torch.float32) if winners else None
+    step = rows_per_chunk(logits, element_size=4)  # a chunk's float32 probabilities, or its candidates
+    scratch = torch.empty_like(probabilities[:step]) if probabilities is not None else None
+    bests: list[torch.Tensor] = []
+    winner_parts: list[torch.Tensor] = []
+    for start in range(0, max(len(logits), 1), step):  # one (empty) chunk for an empty batch
         rows = slice(start, start + step)
-        p = torch.softmax(logits[rows], dim=-1, dtype=torch.float32)
-        bests.append(torch.addcmul(padding[rows], p, weights[rows].unsqueeze(-1), out=p).amax(dim=1))
-    return bests[0] if len(bests) == 1 else torch.cat(bests)
+        if probabilities is not None and scratch is not None:
+            p, into = probabilities[rows], scratch[: len(probabilities[rows])]
+        else:  # encoding: the chunk's candidates written over its probabilities
+            p = into = torch.softmax(logits[rows], dim=-1, dtype=torch.float32)
+        candidates = torch.addcmul(padding[rows], p, weights[rows].unsqueeze(-1), out=into)
+        if winners:
+            best, winner = candidates.max(dim=1)
+            winner_parts.append(winner)
+        else:
+            best = candidates.amax(dim=1)
+        bests.append(best)
+    return probabilities, *joined(bests, winner_parts, winners)
 
 
 def best_candidates(
@@ -130,9 +159,16 @@ def best_candidates(
         best, winner = max_with_positions_(candidates, dim=1) if winners else (candidates.amax(dim=1), None)
         bests.append(best)
         winner_parts += [winner] if winner is not None else []
-    if len(bests) == 1:  # no copy by a cat of one
-        return probabilities, bests[0], winner_parts[0] if winners else None
-    return probabilities, torch.cat(bests), torch.cat(winner_parts) if winners else None
+    return probabilities, *joined(bests, winner_parts, winners)
+
+
+def joined(
+    bests: list[torch.Tensor], winner_parts: list[torch.Tensor], winners: bool
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """The chunks' (B, V) maxima and, with ``winners``, their positions, each concatenated (a chunk alone: no copy)."""
+    if len(bests) == 1:
+        return bests[0], winner_parts[0] if winners else None
+    return torch.cat(bests), torch.cat(winner_parts) if winners else None
 
 
 def log_normalisers(z: torch.Tensor, scratch: torch.Tensor) -> torch.Tensor:
