@@ -1,10 +1,11 @@
 """Host synchronisations of each method's training step and corpus-encoding batch, counted on any machine.
 
-On CUDA, ``.item()``, ``bool()`` / ``float()`` of a tensor, ``.tolist()``, ``.cpu()`` / ``.numpy()``, ``nonzero``,
+On CUDA, ``.item()``, ``bool()`` / ``float()`` of a tensor, ``.tolist()``, ``.cpu()``, ``nonzero``,
 ``unique``, ``masked_select``, boolean-mask indexing and ``repeat_interleave`` without ``output_size`` stop the host
 until the GPU catches up. ``torch.profiler`` records the ops behind them on a CPU run too
 (``aten::_local_scalar_dense``, ``aten::nonzero``, ``aten::_unique2``, ...) and, with Python stacks, the calls of
-``tolist`` / ``cpu`` / ``numpy`` that leave no op on the CPU. Each is counted once, at its outermost op, and named by
+``tolist`` / ``cpu`` that leave no op on the CPU (``numpy`` refuses a CUDA tensor: it only ever reads the host's).
+Each is counted once, at its outermost op, and named by
 the first frame outside torch; the DataLoader's own work (host tensors, its seeds) is not counted, nor is work marked
 :func:`~retrieval_zoo.host_work.host_only` (reads of tensors kept on the host on purpose, such as RoC's draws on its
 CPU generator, which a CPU run cannot tell from device reads). One blind spot: ``.to("cpu")`` leaves no trace on a
@@ -39,7 +40,8 @@ SYNC_OPS = frozenset({
 })  # fmt: skip
 # What a method runs on CUDA where its default on a CPU differs: the path a GPU takes is the one counted
 GPU_PATH = {"csurf": ("method.step_shapes=fixed",)}
-HOST_COPIES = tuple(f"<built-in method {name} of Tensor" for name in ("tolist", "numpy", "cpu"))
+# ``.numpy()`` is not among them: it refuses a CUDA tensor, so where it runs on a GPU it reads the host's memory
+HOST_COPIES = tuple(f"<built-in method {name} of Tensor" for name in ("tolist", "cpu"))
 
 
 def host_syncs(fn: Callable[[], object]) -> Counter[str]:

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from retrieval_zoo.host_work import host_only
 from retrieval_zoo.term_matrix import csr, offsets_of
 
 
@@ -84,11 +85,13 @@ class SparseRows:
 
     def gather(self, rows: torch.Tensor) -> SparseBatch:
         """The entries of ``rows`` (m,), renumbered 0..m − 1 in that order; each row's entries in their order."""
-        starts, counts = self.offsets[rows], self.offsets[rows + 1] - self.offsets[rows]
-        owner = torch.arange(len(rows)).repeat_interleave(counts)
-        first = torch.cumsum(counts, 0) - counts  # where each output row's entries begin
-        entries = starts.repeat_interleave(counts) + torch.arange(int(counts.sum())) - first.repeat_interleave(counts)
-        return SparseBatch(owner, self.columns[entries], self.weights[entries], len(rows))
+        with host_only("a gather of bags kept on the host"):  # made from Python bags, never moved to a device
+            starts, counts = self.offsets[rows], self.offsets[rows + 1] - self.offsets[rows]
+            owner = torch.arange(len(rows)).repeat_interleave(counts)
+            first = torch.cumsum(counts, 0) - counts  # where each output row's entries begin
+            total = int(counts.sum())
+            entries = starts.repeat_interleave(counts) + torch.arange(total) - first.repeat_interleave(counts)
+            return SparseBatch(owner, self.columns[entries], self.weights[entries], len(rows))
 
     def csr(self, rows: torch.Tensor, width: int) -> torch.Tensor:
         """(m,) row numbers → (m, width) sparse CSR matrix of those bags, columns ascending in each row.

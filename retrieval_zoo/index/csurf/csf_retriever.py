@@ -91,8 +91,10 @@ class CsfRetriever(Retriever):
         self.postings_count, self.list_lengths = totals.postings_count, totals.list_lengths
         self.measured_nbytes, self.index_seconds = totals.measured_nbytes, totals.index_seconds
         self._sharded = ShardedSearch(self._search)
-        self._query_forms = torch.zeros(len(totals.list_lengths))
-        self._queries, self._query_csfs, self._query_tokens, self._pairs, self._search_seconds = 0, 0, 0.0, 0, 0.0
+        # the queries' tallies stay on the device until efficiency() reads them: no wait a batch for diagnostics
+        self._query_forms = torch.zeros(len(totals.list_lengths), device=self.device)
+        self._query_tokens = torch.zeros((), dtype=torch.int64, device=self.device)
+        self._queries, self._query_csfs, self._pairs, self._search_seconds = 0, 0, 0, 0.0
 
     @classmethod
     def from_shards(
@@ -174,9 +176,7 @@ class CsfRetriever(Retriever):
                 scores, found, pairs = self._search_lists(bags, k)
                 scores, found = gather_topk(scores, found, k)
                 batch_qids = [qids[query] for query in rows]
-                run.update(
-                    ranked_run(batch_qids, found.cpu(), scores.cpu(), self.docids, positive_only=True)
-                )  # one transfer a batch
+                run.update(ranked_run(batch_qids, found, scores, self.docids, positive_only=True))  # read once each
                 self._count(bags, int(all_sum(torch.tensor([pairs]))[0]))
         self._search_seconds += time.perf_counter() - started
         return {qid: run[qid] for qid in qids}  # in the order of ``queries``, as batched by length
@@ -197,8 +197,8 @@ class CsfRetriever(Retriever):
     def _count(self, bags: CsfBags, pairs: int) -> None:
         self._queries += bags.num_texts
         self._query_csfs += len(bags.weight)
-        self._query_tokens += token_counts(bags).sum().item()
-        self._query_forms += torch.bincount(bags.surface.cpu(), minlength=len(self._query_forms)).float()
+        self._query_tokens += token_counts(bags).sum()
+        self._query_forms.index_add_(0, bags.surface.long(), torch.ones_like(bags.surface, dtype=torch.float32))
         self._pairs += pairs
 
     def explain(self, queries: dict[str, str], run: Run, depth: int = 3) -> list[dict] | None:
@@ -230,9 +230,9 @@ class CsfRetriever(Retriever):
         """§5.2's numbers over the queries searched so far and the indexed corpus."""
         if not self._queries:
             raise ValueError("efficiency is measured over searched queries: search first")
-        n_q = self._query_forms / self._queries  # n̂_t^q
+        n_q = self._query_forms.cpu() / self._queries  # n̂_t^q
         n_d = self.list_lengths.float() / len(self.docids)  # n̂_t^d
-        tokens_per_query = self._query_tokens / self._queries
+        tokens_per_query = int(self._query_tokens) / self._queries
         return {
             "csf_per_query": self._query_csfs / self._queries,
             "csf_per_doc": self.lexical_nonzero,

@@ -25,6 +25,7 @@ from tqdm import tqdm
 
 from retrieval_zoo.data.formats import Run
 from retrieval_zoo.encoding.batching import QueryPrep, encode_payload
+from retrieval_zoo.host_work import host_only
 from retrieval_zoo.id_index import IdIndex
 from retrieval_zoo.index.shards import CorpusShards
 from retrieval_zoo.index.terms.dhr import PartEncoder, PartSearch
@@ -177,21 +178,22 @@ class ImpactRetriever(PartSearch):
             encode, texts, self.batch_size, f"encode queries ({self.name})", self.queries.lengths(texts),
             self.queries.prepare,
         ))  # fmt: skip
-        lexical, cls = columns_from(encoded["lexical"], self.discard), encoded.get("cls")
-        doc_cls = self.cls if part != "lexical" else None  # the [CLS] parts, when this search fuses them
-        query_cls = cls if doc_cls is not None else None
-        if part == "semantic":
-            if doc_cls is None or query_cls is None:
-                raise ValueError(f"{self.name}: the queries were encoded without a [CLS] part")
-            return self._semantic(qids, query_cls, doc_cls, k)
-        run: Run = {}
-        hits = self.lexical_hits(lexical, max(k, self.candidates) if query_cls is not None else k)
-        for row, (qid, (rows, scores)) in enumerate(zip(qids, hits, strict=True)):
-            if doc_cls is not None and query_cls is not None and len(rows):
-                scores = scores + weight * (doc_cls[rows] @ query_cls[row]).double().numpy()
-                keep = np.argsort(-scores, kind="stable")[:k]
-                rows, scores = rows[keep], scores[keep]
-            run.update(ranked_run([qid], [rows.tolist()], [scores.tolist()], self.docids))
+        with host_only("a host engine's search of the queries' host copy"):  # engines and [CLS] vectors: host
+            lexical, cls = columns_from(encoded["lexical"], self.discard), encoded.get("cls")
+            doc_cls = self.cls if part != "lexical" else None  # the [CLS] parts, when this search fuses them
+            query_cls = cls if doc_cls is not None else None
+            if part == "semantic":
+                if doc_cls is None or query_cls is None:
+                    raise ValueError(f"{self.name}: the queries were encoded without a [CLS] part")
+                return self._semantic(qids, query_cls, doc_cls, k)
+            run: Run = {}
+            hits = self.lexical_hits(lexical, max(k, self.candidates) if query_cls is not None else k)
+            for row, (qid, (rows, scores)) in enumerate(zip(qids, hits, strict=True)):
+                if doc_cls is not None and query_cls is not None and len(rows):
+                    scores = scores + weight * (doc_cls[rows] @ query_cls[row]).double().numpy()
+                    keep = np.argsort(-scores, kind="stable")[:k]
+                    rows, scores = rows[keep], scores[keep]
+                run.update(ranked_run([qid], [rows.tolist()], [scores.tolist()], self.docids))
         return run
 
     def _semantic(self, qids: list[str], cls: torch.Tensor, doc_cls: torch.Tensor, k: int) -> Run:

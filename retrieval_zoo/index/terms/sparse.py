@@ -20,6 +20,7 @@ from retrieval_zoo.data.corpus_store import corpus_ids
 from retrieval_zoo.data.formats import Run
 from retrieval_zoo.encoding.batching import PLAIN_QUERIES, QueryPrep, encode_payload
 from retrieval_zoo.host_memory import release_freed_memory
+from retrieval_zoo.host_work import host_only
 from retrieval_zoo.id_index import IdIndex
 from retrieval_zoo.index.representations import OffersTermWeights
 from retrieval_zoo.index.shards import CorpusShards
@@ -144,14 +145,17 @@ class SparseRetriever(PartSearch):
         encoded = self.encoded_once(texts, lambda: encode_payload(
             encode, texts, self.batch_size, "encode queries (exact)", self.queries.lengths(texts), self.queries.prepare
         ))  # fmt: skip
-        lexical = columns_from(encoded["lexical"], self.discard)
+        with host_only("the queries' vocabulary columns, of their host copy"):
+            lexical = columns_from(encoded["lexical"], self.discard)
         cls = encoded.get("cls") if self.cls is not None else None
         step = max(1, min(self.batch_size, SCORING_FLOATS // lexical.shape[1]))  # a vocabulary of millions: fewer
         runs: dict[str | None, Run] = {part: {} for part in depths}
         for start in range(0, len(qids), step):
             lexical_scores = semantic_scores = scores = None  # the last batch's freed before this one's products
             if depths.keys() - {"semantic"}:
-                lexical_scores = self.docs @ dense_rows(lexical, start, start + step).T.to(self.device)
+                with host_only("a batch of the queries' rows, from their host copy"):
+                    batch = dense_rows(lexical, start, start + step)
+                lexical_scores = self.docs @ batch.T.to(self.device)
             if depths.keys() - {"lexical"} and self.cls is not None and cls is not None:
                 semantic_scores = weight * (self.cls @ cls[start : start + step].T.to(self.device))
             # the fused sum last, made in place of the lexical scores: no third (documents, queries) matrix
