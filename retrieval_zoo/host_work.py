@@ -1,4 +1,4 @@
-"""Host-only work inside a training step, marked so that counting host synchronisations can tell it apart.
+"""Host-only work inside a training step or a search, marked so that counting host synchronisations can tell it apart.
 
 On a CPU run every tensor lives on the host, so a profiler cannot tell a read of a device tensor (which stops the host
 on CUDA) from a read of a tensor kept on the host on purpose (a draw from a CPU generator). Code of the second kind
