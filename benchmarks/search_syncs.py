@@ -132,13 +132,14 @@ def main() -> None:
     split = collection.eval_split
     queries = dict(list(collection.judged_queries(split).items())[: args.queries])
     pool = candidate_pool(collection, bm25, split, list(queries), args.depth)
+    pool_bm25 = BM25(pool)  # the unions' lexical side searches the pool as their dense side does
     found_pairs = pairs([m for m in args.methods.split(",") if m], [i for i in args.indexes.split(",") if i])
     header(f"Host synchronisations of a search call (tiny_random; {len(pool.corpus):,} documents, top {args.k})")
     if args.device == "cpu":
-        measure(found_pairs, pool, bm25, queries, args.k)
+        measure(found_pairs, pool, pool_bm25, queries, args.k)
         return
     for method, index in found_pairs:  # on CUDA the authority: torch's own count, by source line
-        retriever = built(method, index, pool, bm25, args.device)
+        retriever = built(method, index, pool, pool_bm25, args.device)
         for searched in (queries, fourfold(queries)):
             with torch.inference_mode():
                 report_syncs(
