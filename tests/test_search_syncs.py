@@ -13,7 +13,7 @@ from retrieval_zoo.training.validation_pool import candidate_pool
 # index: (method, syncs paid once a call, syncs a batch of 8 queries), as docs/benchmarks.md lists them
 SEARCH_SYNCS = {
     "faiss": ("dense", 1, 0),
-    "sparse": ("dlr_splade", 3, 3),
+    "sparse": ("dlr_splade", 5, 1),
     "gip": ("delade_cls", 2, 3),
     "csf": ("csurf", 0, 8),
 }

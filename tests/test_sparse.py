@@ -43,6 +43,10 @@ def test_sparse_search_by_hand() -> None:
     assert retriever.side("semantic", {"x": "q1"}, 2)["x"] == pytest.approx({"a": 0.5, "b": 1.0})
     assert retriever.side("lexical", {"x": "q1"}, 1)["x"] == pytest.approx({"a": 4.0})
     assert retriever.search({"x": "q1"}, 1, weight=2.0)["x"] == pytest.approx({"a": 6.0})  # 4 + 2·1
+    # three queries: two batches of 2 and 1, their top k read at the end, each in its query's place
+    three = retriever.search({"x": "q1", "y": "q2", "z": "q1"}, 3)
+    assert list(three) == ["x", "y", "z"] and three["z"] == three["x"] == run["x"] and three["y"] == run["y"]
+    assert retriever.search({}, 3) == {}
     # 6 non-zeros once id 0 is discarded (float32 values, int32 ids), 4 int32 row offsets, 3 x 2 float32 [CLS].
     assert retriever.nbytes == 6 * 8 + 4 * 4 + 6 * 4
     assert retriever.lexical_nonzero == 2.0

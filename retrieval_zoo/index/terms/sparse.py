@@ -140,6 +140,8 @@ class SparseRetriever(PartSearch):
         """
         weight = self.weight if weight is None else weight
         qids = list(queries)
+        if not qids:
+            return {part: {} for part in depths}
         encode = lambda batch: dict(zip(("lexical", "cls"), self.encode_query(batch), strict=True))  # noqa: E731
         texts = list(queries.values())
         encoded = self.encoded_once(texts, lambda: encode_payload(
@@ -149,7 +151,8 @@ class SparseRetriever(PartSearch):
             lexical = columns_from(encoded["lexical"], self.discard)
         cls = encoded.get("cls") if self.cls is not None else None
         step = max(1, min(self.batch_size, SCORING_FLOATS // lexical.shape[1]))  # a vocabulary of millions: fewer
-        runs: dict[str | None, Run] = {part: {} for part in depths}
+        # each batch's top k stays where it was scored; the host reads them once a call, not twice a batch
+        tops: dict[str | None, list[tuple[torch.Tensor, torch.Tensor]]] = {part: [] for part in depths}
         for start in range(0, len(qids), step):
             lexical_scores = semantic_scores = scores = None  # the last batch's freed before this one's products
             if depths.keys() - {"semantic"}:
@@ -168,9 +171,9 @@ class SparseRetriever(PartSearch):
                     scores = lexical_scores
                     if part is None and semantic_scores is not None:
                         scores = lexical_scores.add_(semantic_scores)
-                top_scores, rows = scores.T.topk(min(depths[part], len(self.docids)), dim=1)
-                runs[part].update(ranked_run(qids[start : start + step], rows, top_scores, self.docids))
-        return runs
+                tops[part].append(scores.T.topk(min(depths[part], len(self.docids)), dim=1))
+        return {part: ranked_run(qids, torch.cat([rows for _, rows in top]), torch.cat([values for values, _ in top]),
+                                 self.docids) for part, top in tops.items()}  # fmt: skip
 
 
 class Sparse(TermIndex):
