@@ -125,7 +125,8 @@ def main() -> None:
     parser.add_argument("--queries", type=int, default=16, help="queries of the first call; the second has 4x")
     parser.add_argument("--depth", type=int, default=50, help="BM25's documents a query in the searched pool")
     parser.add_argument("--k", type=int, default=100)
-    parser.add_argument("--device", default="cpu", help="cuda: torch's sync debug mode reports each search's syncs")
+    parser.add_argument("--device", default="cpu", choices=("cpu", "cuda"),
+                        help="cuda: torch's sync debug mode reports each search's syncs")  # fmt: skip
     args = parser.parse_args()
     collection = embedded("default")
     bm25 = BM25(collection)
