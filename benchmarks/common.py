@@ -117,6 +117,17 @@ def composed_config(group: str, name: str, *overrides: str) -> object:
         return compose("train", [f"{group}={name}", *overrides])
 
 
+def shortened(cfg: object, tokens: int) -> None:
+    """Cap a composed config's queries and documents at ``tokens`` (each encoder it has: the method's, its dense
+    part's), so that a random backbone encodes a corpus fast."""
+    from omegaconf import OmegaConf
+
+    for node in ("method.encoder", "method.dense.encoder"):
+        if OmegaConf.select(cfg, node) is not None:
+            OmegaConf.update(cfg, f"{node}.query_max_length", tokens)
+            OmegaConf.update(cfg, f"{node}.doc_max_length", tokens)
+
+
 TRAINED_BAG = 256  # about the CSFs a document a trained CSurF keeps (README: 230–500 on the embedded collection)
 
 

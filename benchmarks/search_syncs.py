@@ -23,7 +23,7 @@ import torch
 from hydra.utils import get_class, instantiate
 from omegaconf import OmegaConf
 
-from benchmarks.common import composed_config, header, small_bags
+from benchmarks.common import composed_config, header, shortened, small_bags
 from benchmarks.host_syncs import host_syncs, report_syncs
 from retrieval_zoo.data.collections import Collection, embedded
 from retrieval_zoo.index.index import compatible
@@ -54,10 +54,7 @@ def pairs(methods: list[str] | None = None, indexes: list[str] | None = None) ->
 def built(method: str, index_name: str, collection: Collection, bm25: BM25, device: str = "cpu") -> Retriever:
     """The pair's retriever over ``collection``'s whole corpus (the caller cuts it), on the tiny random backbone."""
     cfg = composed_config("method", method, f"index={index_name}", "backbone=tiny_random")
-    for node in ("method.encoder", "method.dense.encoder"):
-        if OmegaConf.select(cfg, node) is not None:
-            OmegaConf.update(cfg, f"{node}.query_max_length", SHORT)
-            OmegaConf.update(cfg, f"{node}.doc_max_length", SHORT)
+    shortened(cfg, SHORT)
     for setting in BATCH_SETTINGS:
         if OmegaConf.select(cfg, setting) is not None:
             OmegaConf.update(cfg, setting, BATCH)
@@ -65,9 +62,15 @@ def built(method: str, index_name: str, collection: Collection, bm25: BM25, devi
     model, index = instantiate(cfg.method).eval().to(device), instantiate(cfg.index)
     small_bags(model, splade=True)  # CSurF's bags and SPLADE's vectors as sparse as trained ones
     with torch.inference_mode():
-        retriever = index.build(model, collection, bm25)
-        retriever.search({"warm-up": "first call"}, 10)  # first-call work (lazy tables) is not a search's
-    return retriever
+        return index.build(model, collection, bm25)
+
+
+def warm_up(retriever: Retriever, queries: dict[str, str], k: int) -> None:
+    """Search once with other texts at each call size counted: first-call work (imports, lazy tables) is not a
+    search's, and a call of few queries takes another path than one of many (BM25's kept searcher)."""
+    with torch.inference_mode():
+        for size in (queries, fourfold(queries)):
+            retriever.search({f"warm-up-{qid}": f"{text} again" for qid, text in size.items()}, k)
 
 
 def fourfold(queries: dict[str, str]) -> dict[str, str]:
@@ -80,9 +83,8 @@ def search_syncs(method: str, index_name: str, collection: Collection, bm25: BM2
     """The syncs of one search call of ``queries`` and of one of them four times over (fresh qids), top ``k``."""
     retriever = built(method, index_name, collection, bm25)
     try:
+        warm_up(retriever, queries, k)
         with torch.inference_mode():
-            for warm_up in (queries, fourfold(queries)):  # each size's code path imported before it is profiled
-                retriever.search({f"warm-up-{qid}": f"{text} again" for qid, text in warm_up.items()}, k)
             return host_syncs(partial(retriever.search, queries, k)), host_syncs(
                 partial(retriever.search, fourfold(queries), k)
             )
@@ -141,6 +143,7 @@ def main() -> None:
         return
     for method, index in found_pairs:  # on CUDA the authority: torch's own count, by source line
         retriever = built(method, index, pool, pool_bm25, args.device)
+        warm_up(retriever, queries, args.k)
         for searched in (queries, fourfold(queries)):
             with torch.inference_mode():
                 report_syncs(

@@ -23,7 +23,7 @@ from hydra import compose, initialize_config_dir
 from hydra.utils import get_class, instantiate
 from omegaconf import OmegaConf
 
-from benchmarks.common import small_bags
+from benchmarks.common import shortened, small_bags
 from retrieval_zoo.evaluation.pipeline import check_method_and_index
 from retrieval_zoo.index.index import compatible
 from retrieval_zoo.index.shards import CorpusShards
@@ -45,10 +45,7 @@ def composed(method: str, index: str):
     with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
         cfg = compose("train", [f"method={method}", f"index={index}", "backbone=tiny_random"])
     cfg.method_name, cfg.index_name = method, index  # Hydra's choices, which compose() leaves unresolvable
-    for node in ("method.encoder", "method.dense.encoder"):  # short texts: the tiny corpus encodes fast
-        if OmegaConf.select(cfg, node) is not None:
-            OmegaConf.update(cfg, f"{node}.query_max_length", 8)
-            OmegaConf.update(cfg, f"{node}.doc_max_length", 8)
+    shortened(cfg, 8)  # short texts: the tiny corpus encodes fast
     if "depth" in cfg.index:
         OmegaConf.update(cfg, "index.depth", 50)
     if index == "seismic":  # nothing pruned, whole summaries: then the engine is exact up to its float16 weights
