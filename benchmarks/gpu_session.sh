@@ -2,7 +2,7 @@
 # One lent GPU machine's measurements (../shared/GPU.md), run from the repository root there:
 #   bash benchmarks/gpu_session.sh STAGE...   STAGE: check, bf16, e2e, compiled, syncs, recheck, csurf_shapes,
 #                                             compiled_step, fixed_cost, delade_softmax, grounding,
-#                                             csurf_precision, recipes, profile, scale
+#                                             csurf_precision, search_syncs, recipes, profile, scale
 # Needs .gpu/ prepared on a machine with the package index and Java (benchmarks/gpu_prepare.sh). Each stage writes
 # its log under $OUT (or /tmp/gpu_out) as it runs, so a command stopped at its limit still returns what it measured.
 set -uo pipefail
@@ -97,6 +97,9 @@ print('seed $seed: |C^d|', round(d['lexical_nonzero_per_doc'], 1), 'MRR@10', rou
           cp "$run/results.json" "$out/csurf_${precision}_$seed.json" 2>/dev/null
         done
       done ;;
+    search_syncs)  # each index family's search, torch's own count of its host syncs by source line (issue 44 item 1)
+      python3 -m benchmarks.search_syncs --device cuda --bm25 replay=.gpu/bm25.pkl.gz 2>&1 \
+        | tee "$out/search_syncs.log" | tr '\r' '\n' | grep -E "$table|^syncs" ;;
     recipes)  # issue 47: each *_msmarco recipe's step and encoding rate, hence its hours
       python3 -m benchmarks.recipe_rates --device cuda --precision bf16 --bm25 replay=.gpu/bm25.pkl.gz 2>&1 \
         | tee "$out/recipes.log" | tr '\r' '\n' | grep -E "$table" ;;

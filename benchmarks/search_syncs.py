@@ -10,6 +10,10 @@ tensors on purpose (an engine's own search of the queries' host copy) is marked
 it stays, is in docs/benchmarks.md.
 
     python -m benchmarks.search_syncs [--queries 16] [--depth 50] [--methods csurf,dlr_splade] [--indexes sparse]
+
+On a GPU machine without Java (``benchmarks/gpu_session.sh search_syncs``), BM25's answers come from a record made
+by the same command with ``--bm25 record=FILE`` where Java runs (``benchmarks/recorded_bm25.py``; its searches
+included). With ``--bm25`` the indexes are by default :data:`REPLAYABLE`.
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ from omegaconf import OmegaConf
 
 from benchmarks.common import composed_config, header, shortened, small_bags
 from benchmarks.host_syncs import host_syncs, report_syncs
+from benchmarks.recorded_bm25 import JAVA_CALLS, SEARCH_CALLS, RecordedBM25, bm25_for
 from retrieval_zoo.data.collections import Collection, embedded
 from retrieval_zoo.index.index import compatible
 from retrieval_zoo.lexical.lucene_bm25 import BM25
@@ -34,6 +39,10 @@ from retrieval_zoo.training.validation_pool import candidate_pool
 CONF = Path(__file__).resolve().parents[1] / "retrieval_zoo" / "conf"
 SHORT = 16  # tokens a text: the count does not depend on lengths, and the random backbone encodes faster
 BATCH = 8  # queries a batch, in every batch setting a pair has: the calls of 16 and 64 queries take 2 and 8 batches
+# The indexes whose BM25 calls do not depend on the model's scores, so that a record made on the CPU answers a GPU's
+# run: the unions ask BM25 for the documents their dense side found, which a GPU's rounding may change; the host
+# engines (bmp, seismic, lucene, lucene_impact) search on the host, and the Lucene ones need Java.
+REPLAYABLE = ("concatenated", "csf", "faiss", "gip", "sparse")
 BATCH_SETTINGS = ("method.encoder.batch_size", "method.dense.encoder.batch_size", "method.encode_batch_size",
                   "index.query_batch_size")  # fmt: skip
 
@@ -123,20 +132,32 @@ def measure(found_pairs: list[tuple[str, str]], collection: Collection, bm25: BM
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--methods", default="", help="comma-separated; default: every method")
-    parser.add_argument("--indexes", default="", help="comma-separated; default: every index")
+    parser.add_argument("--indexes", default="", help="comma-separated; default: every index (with --bm25: REPLAYABLE)")
     parser.add_argument("--queries", type=int, default=16, help="queries of the first call; the second has 4x")
     parser.add_argument("--depth", type=int, default=50, help="BM25's documents a query in the searched pool")
     parser.add_argument("--k", type=int, default=100)
     parser.add_argument("--device", default="cpu", choices=("cpu", "cuda"),
                         help="cuda: torch's sync debug mode reports each search's syncs")  # fmt: skip
+    parser.add_argument("--bm25", default=None, help="record=FILE or replay=FILE: BM25's answers, searches included")
     args = parser.parse_args()
     collection = embedded("default")
-    bm25 = BM25(collection)
+    bm25 = bm25_for(collection, args.bm25, JAVA_CALLS + SEARCH_CALLS)
+    try:
+        syncs_of_pairs(args, collection, bm25)
+    finally:
+        if isinstance(bm25, RecordedBM25) and bm25.mode == "record":
+            bm25.save()
+
+
+def syncs_of_pairs(args: argparse.Namespace, collection: Collection, bm25: BM25) -> None:
+    """Print the syncs of the pairs ``args`` names, over a pool of ``collection`` that ``bm25`` cuts."""
     split = collection.eval_split
     queries = dict(list(collection.judged_queries(split).items())[: args.queries])
     pool = candidate_pool(collection, bm25, split, list(queries), args.depth)
-    pool_bm25 = BM25(pool)  # the unions' lexical side searches the pool as their dense side does
-    found_pairs = pairs([m for m in args.methods.split(",") if m], [i for i in args.indexes.split(",") if i])
+    # the unions' lexical side searches the pool as their dense side does
+    pool_bm25 = bm25.over(pool) if isinstance(bm25, RecordedBM25) else BM25(pool)
+    indexes = [i for i in args.indexes.split(",") if i] or (list(REPLAYABLE) if args.bm25 else None)
+    found_pairs = pairs([m for m in args.methods.split(",") if m], indexes)
     header(f"Host synchronisations of a search call (tiny_random; {len(pool.corpus):,} documents, top {args.k})")
     if args.device == "cpu":
         measure(found_pairs, pool, pool_bm25, queries, args.k)
