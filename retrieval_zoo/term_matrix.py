@@ -70,9 +70,14 @@ def offsets_of(rows: torch.Tensor, count: int) -> torch.Tensor:
     return offsets
 
 
-def entry_rows(offsets: torch.Tensor) -> torch.Tensor:
-    """(nnz,) the row of each entry, from (n + 1,) row offsets."""
-    return torch.repeat_interleave(torch.arange(len(offsets) - 1, device=offsets.device), offsets.diff())
+def entry_rows(offsets: torch.Tensor, entries: int | None = None) -> torch.Tensor:
+    """(nnz,) the row of each entry, from (n + 1,) row offsets.
+
+    ``entries``, the nnz where the caller knows it (its columns' length): on a GPU the host then need not wait to
+    read the last offset back.
+    """
+    rows = torch.arange(len(offsets) - 1, device=offsets.device)
+    return torch.repeat_interleave(rows, offsets.diff(), output_size=entries)
 
 
 def row_range(matrix: torch.Tensor, start: int, stop: int) -> torch.Tensor:
@@ -93,7 +98,7 @@ def dense_rows(matrix: torch.Tensor, start: int = 0, stop: int | None = None) ->
         return block
     offsets, columns, values = parts(block)
     dense = torch.zeros(tuple(block.shape), dtype=values.dtype, device=values.device)
-    dense[entry_rows(offsets), columns] = values
+    dense[entry_rows(offsets, len(columns)), columns] = values
     return dense
 
 

@@ -144,23 +144,27 @@ def densify(bow: torch.Tensor, slicing: Slicing) -> tuple[np.ndarray, np.ndarray
 
 
 def _densify_entries(bow: torch.Tensor, slicing: Slicing) -> tuple[torch.Tensor, torch.Tensor]:
-    """(B, M) largest values and their first positions from a CSR matrix's non-negative entries (Eq. 6–8)."""
+    """(B, M) largest values and their first positions from a CSR matrix's non-negative entries (Eq. 6–8).
+
+    The entries that take no part go to a spare slot past the last rather than being cut out by a mask, so every
+    size is the entries' count, which the host knows: a GPU's host waits for none of them.
+    """
     offsets, columns, weights = parts(bow)
     cells = slicing.cells.to(bow.device)[columns]
     keep = (weights > 0) & (cells >= 0)  # zeros tie with the absent entries; discarded ids are in no slice
-    rows, cells, weights = entry_rows(offsets)[keep], cells[keep], weights[keep].float()
-    slots = rows * slicing.slices + cells // slicing.width
     size = bow.shape[0] * slicing.slices
-    best = weights.new_zeros(size).scatter_reduce(0, slots, weights, "amax")
-    won = weights == best[slots]
-    first = torch.full((size,), slicing.width, device=bow.device).scatter_reduce(
-        0, slots[won], (cells % slicing.width)[won], "amin"
+    slots = torch.where(keep, entry_rows(offsets, len(columns)) * slicing.slices + cells // slicing.width, size)
+    weights = torch.where(keep, weights.float(), 0)
+    best = weights.new_zeros(size + 1).scatter_reduce(0, slots, weights, "amax")
+    won = keep & (weights == best[slots])
+    first = torch.full((size + 1,), slicing.width, device=bow.device).scatter_reduce(
+        0, torch.where(won, slots, size), torch.where(won, cells % slicing.width, slicing.width), "amin"
     )
     first_open = slicing.first_open.to(bow.device)
-    first = first.view(-1, slicing.slices)
+    first = first[:size].view(-1, slicing.slices)
     first = torch.where(first == slicing.width, first_open.clamp(min=0), first)  # no entry: first real position
     padding = torch.full((), -torch.inf, device=bow.device)  # a slice of padding cells alone, as the dense path
-    return torch.where(first_open >= 0, best.view(-1, slicing.slices), padding), first
+    return torch.where(first_open >= 0, best[:size].view(-1, slicing.slices), padding), first
 
 
 def hybrid(values: np.ndarray, indices: np.ndarray, cls: np.ndarray, lam: float) -> tuple[np.ndarray, np.ndarray]:
