@@ -43,7 +43,7 @@ from benchmarks.common import (
     synced,
 )
 from benchmarks.host_syncs import report_syncs, train_step
-from benchmarks.recorded_bm25 import RecordedBM25, bm25_for
+from benchmarks.recorded_bm25 import bm25_recording
 from retrieval_zoo.data.collections import Collection, embedded
 from retrieval_zoo.encoding.encoder import Encoder
 from retrieval_zoo.index.csurf.csf import InvertedLists
@@ -198,12 +198,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 def main() -> None:
     args = parse_args()
     collection = embedded("default")
-    bm25 = bm25_for(collection, args.bm25)
-    try:
+    with bm25_recording(collection, args.bm25) as bm25:
         measure(args, collection, bm25)
-    finally:
-        if isinstance(bm25, RecordedBM25) and bm25.mode == "record":
-            bm25.save()
 
 
 def measure(args: argparse.Namespace, collection: Collection, bm25: BM25) -> None:

@@ -25,7 +25,7 @@ import torch
 from lightning.fabric.utilities.apply_func import move_data_to_device
 
 from benchmarks.common import autocast_for, first_batch, header, seconds, small_bags, synced
-from benchmarks.recorded_bm25 import RecordedBM25, bm25_for
+from benchmarks.recorded_bm25 import bm25_recording
 from retrieval_zoo.data.collections import Collection, embedded
 from retrieval_zoo.encoding.tokens import Tokens
 
@@ -132,17 +132,13 @@ def main() -> None:
     parser.add_argument("--batches-only", action="store_true", help="build the batches (to record BM25), time none")
     args = parser.parse_args()
     collection = embedded("default")
-    bm25 = bm25_for(collection, args.bm25)
     header(f"MS MARCO recipes on {args.device} ({args.precision}, {args.backbone} standing in)")
     print("| recipe | backbone | batch | max lengths q / d | step (s) | peak GiB | steps | training h, 1 GPU | "
           "8 GPUs (projected) | encoding docs/s | 8.8M passages (h) | pool of 500,500 (min) |")  # fmt: skip
     print("|---|---|---|---|---|---|---|---|---|---|---|---|")
-    try:
+    with bm25_recording(collection, args.bm25) as bm25:
         for recipe in args.recipes.split(","):
             print(measure(recipe, args, collection, bm25), flush=True)
-    finally:
-        if isinstance(bm25, RecordedBM25) and bm25.mode == "record":
-            bm25.save()
 
 
 if __name__ == "__main__":

@@ -16,6 +16,8 @@ import gzip
 import hashlib
 import json
 import pickle
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Literal
 
@@ -118,3 +120,15 @@ def bm25_for(collection: Collection, spec: str | None, calls: tuple[str, ...] = 
     if mode not in ("record", "replay") or not path:
         raise ValueError(f"--bm25 {spec!r}: expected record=FILE or replay=FILE")
     return RecordedBM25(collection, path, mode, calls)  # type: ignore[arg-type]
+
+
+@contextmanager
+def bm25_recording(collection: Collection, spec: str | None, calls: tuple[str, ...] = JAVA_CALLS) -> Iterator[BM25]:
+    """:func:`bm25_for`'s BM25 for the block's work, its answers saved when the block ends (record mode), failed or
+    not: what a long benchmark recorded before an error is kept."""
+    bm25 = bm25_for(collection, spec, calls)
+    try:
+        yield bm25
+    finally:
+        if isinstance(bm25, RecordedBM25) and bm25.mode == "record":
+            bm25.save()

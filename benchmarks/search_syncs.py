@@ -29,7 +29,7 @@ from omegaconf import OmegaConf
 
 from benchmarks.common import composed_config, header, shortened, small_bags
 from benchmarks.host_syncs import host_syncs, report_syncs
-from benchmarks.recorded_bm25 import JAVA_CALLS, SEARCH_CALLS, RecordedBM25, bm25_for
+from benchmarks.recorded_bm25 import JAVA_CALLS, SEARCH_CALLS, RecordedBM25, bm25_recording
 from retrieval_zoo.data.collections import Collection, embedded
 from retrieval_zoo.index.index import compatible
 from retrieval_zoo.lexical.lucene_bm25 import BM25
@@ -141,12 +141,8 @@ def main() -> None:
     parser.add_argument("--bm25", default=None, help="record=FILE or replay=FILE: BM25's answers, searches included")
     args = parser.parse_args()
     collection = embedded("default")
-    bm25 = bm25_for(collection, args.bm25, JAVA_CALLS + SEARCH_CALLS)
-    try:
+    with bm25_recording(collection, args.bm25, JAVA_CALLS + SEARCH_CALLS) as bm25:
         syncs_of_pairs(args, collection, bm25)
-    finally:
-        if isinstance(bm25, RecordedBM25) and bm25.mode == "record":
-            bm25.save()
 
 
 def syncs_of_pairs(args: argparse.Namespace, collection: Collection, bm25: BM25) -> None:

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks.recorded_bm25 import JAVA_CALLS, SEARCH_CALLS, RecordedBM25
+from benchmarks.recorded_bm25 import JAVA_CALLS, SEARCH_CALLS, RecordedBM25, bm25_recording
 from retrieval_zoo.id_index import IdIndex
 from retrieval_zoo.lexical.lucene_bm25 import BM25
 
@@ -89,3 +89,14 @@ def test_a_pool_s_recorder_shares_the_file_and_keys_its_own_corpus(tiny, tmp_pat
     recorder.save()  # one save keeps both
     assert RecordedBM25(pool, path, "replay").query_idf(["a text"]) == cut
     assert RecordedBM25(tiny, path, "replay").query_idf(["a text"]) == whole
+
+
+def test_a_recording_block_saves_what_it_recorded_when_it_fails(tiny, tmp_path: Path, asked) -> None:
+    path = tmp_path / "bm25.pkl.gz"
+    with pytest.raises(RuntimeError, match="a benchmark's error"), bm25_recording(tiny, f"record={path}") as bm25:
+        answer = bm25.query_idf(["a text"])
+        raise RuntimeError("a benchmark's error")
+    with bm25_recording(tiny, f"replay={path}") as bm25:
+        assert bm25.query_idf(["a text"]) == answer and len(asked) == 1
+    with bm25_recording(tiny, None) as bm25:
+        assert type(bm25) is BM25  # no --bm25: BM25 itself
