@@ -59,23 +59,43 @@ def test_csf_score_by_hand_on_a_toy_vocabulary() -> None:
         max_sum_scores(query, Postings.build(docs, vocab_size=10), pair_chunk=2)
 
 
+def bag_term_weights(bags: CsfBags, width: int) -> torch.Tensor:
+    """(T, width) dense: §3.4's bags read with |v| = 0 from their listed CSFs, literally: for each text and surface
+    form, the largest weight among the text's CSFs of that form (0 where it has none)."""
+    weights = torch.zeros(bags.num_texts, width)
+    for text, surface, weight in zip(bags.text.tolist(), bags.surface.tolist(), bags.weight.tolist(), strict=True):
+        weights[text, surface] = max(float(weights[text, surface]), weight)
+    return weights
+
+
 def test_bags_read_as_term_weights_take_each_forms_largest_weight_by_hand() -> None:
-    # doc 0: form 5 from two sources (1.0, 0.5) and form 9; doc 1: forms 7 and 6; doc 2: no CSF
-    docs = bags([(0, 5, 0, 1.0, [0.0]), (0, 5, 1, 0.5, [0.0]), (0, 9, 2, 1.0, [0.0]), (1, 7, 0, 4.0, [0.0]),
-                 (1, 6, 1, 9.0, [0.0])], 3, 3)  # fmt: skip
-    weights = docs.term_weights(10)
-    assert weights.layout == torch.sparse_csr and weights.shape == (3, 10)
-    expected = torch.zeros(3, 10)
-    expected[0, 5], expected[0, 9], expected[1, 7], expected[1, 6] = 1.0, 1.0, 4.0, 9.0
-    assert torch.equal(dense_rows(weights), expected)
-    # the query of test_csf_score_by_hand_on_a_toy_vocabulary, |v| = 0: forms 5 (2.0), 7 (1.0), 9 (3.0); SPLADE's
-    # sum: doc 0 = 2·1 + 3·1 = 5, doc 1 = 1·4 = 4 (CSurF's max-sum over sources: max(2·1, 1·0) + 3·1 = 5, and 4)
-    query = bags([(0, 5, 0, 2.0, [0.0]), (0, 7, 0, 1.0, [0.0]), (0, 9, 1, 3.0, [0.0])], 1, 2)
-    assert (dense_rows(query.term_weights(10)) @ expected.T).tolist() == [[5.0, 4.0, 0.0]]
+    # Two texts of 4 positions, [CLS] a b [SEP] and [CLS] b [SEP] [PAD]; |V| = 6, tokens a = 1, b = 2. Text 0 expands
+    # forms 1 (from a, 1.5), 4 (from b, 3.0) and 2 (from a, 0.5: b's own CSF of form 2, 0.75, outweighs it); text 1
+    # only keeps b's own CSF (form 2, 2.0)
+    ids = torch.tensor([[0, 1, 2, 3], [0, 2, 3, 5]])
+    source_mask = torch.tensor([[False, True, True, False], [False, True, False, False]])
+    expansion = torch.tensor([[0.0, 1.5, 0.5, 0.0, 3.0, 0.0], [0.0] * 6])
+    sources = torch.tensor([[0, 1, 1, 0, 2, 0], [0] * 6])
+    self_weights = torch.tensor([[9.0, 1.5, 0.75, 9.0], [9.0, 2.0, 9.0, 9.0]])  # [CLS], [SEP], padding never count
+    expected = {
+        "both": [[0.0, 1.5, 0.75, 0.0, 3.0, 0.0], [0.0, 0.0, 2.0, 0.0, 0.0, 0.0]],
+        "original": [[0.0, 1.5, 0.75, 0.0, 0.0, 0.0], [0.0, 0.0, 2.0, 0.0, 0.0, 0.0]],
+        "expansion": [[0.0, 1.5, 0.5, 0.0, 3.0, 0.0], [0.0] * 6],
+    }
+    for kept, rows in expected.items():
+        texts = csf_texts(expansion, sources, self_weights, ids, source_mask, None, kept)
+        weights = texts.term_weights()
+        assert weights.layout == torch.sparse_csr and weights.shape == (2, 6)
+        assert dense_rows(weights).tolist() == rows, kept
+        assert torch.equal(dense_rows(weights), bag_term_weights(texts.listed(), 6)), kept
+    # |v| = 0 scores are SPLADE's sum over shared forms: text 0 against text 1, 0.75·2.0
+    both = dense_rows(csf_texts(expansion, sources, self_weights, ids, source_mask, None).term_weights())
+    assert (both[:1] @ both[1:].T).tolist() == [[1.5]]
 
 
-def test_csurf_term_encoder_gives_its_bags_as_term_weights(tiny) -> None:
-    model = CSurF(tiny_encoder(mlm_head=True), vector_dim=0).eval()
+@pytest.mark.parametrize("kept", ["both", "original", "expansion"])
+def test_csurf_term_encoder_gives_its_bags_as_term_weights(tiny, kept: str) -> None:
+    model = CSurF(tiny_encoder(mlm_head=True), vector_dim=0, bags=kept).eval()
     encoder = model.term_encoder(tiny, None)
     texts, docids = list(tiny.judged_queries("dev").values())[:3], list(tiny.corpus)[:4]
     with torch.inference_mode():
@@ -83,8 +103,10 @@ def test_csurf_term_encoder_gives_its_bags_as_term_weights(tiny) -> None:
         docs = encoder.encode_docs(docids)["lexical"]
         q_bags, d_bags = model.encode_query(texts), model.encode_doc([tiny.corpus[d] for d in docids])
     assert cls is None and encoder.discard == 0 and encoder.vocab_size == model.vocab_size
-    assert torch.allclose(dense_rows(queries), dense_rows(q_bags.term_weights(model.vocab_size)))
-    assert torch.allclose(dense_rows(docs), dense_rows(d_bags.term_weights(model.vocab_size)), atol=1e-6)
+    assert torch.equal(dense_rows(queries), bag_term_weights(q_bags, model.vocab_size))
+    # the corpus is encoded in other batches (their lengths): the same weights to float32 rounding
+    expected = bag_term_weights(d_bags, model.vocab_size)
+    assert torch.allclose(dense_rows(docs), expected, rtol=0, atol=float32_rounding(32) * float(expected.max()))
     assert "term_weights" in CSurF.representations
 
 
@@ -426,7 +448,7 @@ def export_trained_bags_as_ciff(run_dir, tiny_dir, out) -> None:
     assert [d.collection_docid for d in reader.read_documents()] == [line.split("\t")[0] for line in lines]
     model = load_trained(run_dir, trained_config(run_dir)).eval()
     with torch.inference_mode():
-        weights = dense_rows(model.encode_doc([lines[0].split("\t")[1]]).term_weights(model.vocab_size))[0]
+        weights = bag_term_weights(model.encode_doc([lines[0].split("\t")[1]]), model.vocab_size)[0]
     impacts = torch.round(weights.double() * summary["document_scale"]).long()
     ids = torch.nonzero(impacts).flatten()
     names = model.encoder.tokenizer.convert_ids_to_tokens(ids.tolist())
@@ -458,7 +480,7 @@ def export_expansion_weights_as_sparse_encoder(run_dir, tiny_dir, out) -> None:
     for side, texts in (("query", queries), ("doc", docs)):
         with torch.inference_mode():
             bags = model.encode_query(texts) if side == "query" else model.encode_doc(texts)
-        ours = dense_rows(bags.term_weights(model.vocab_size))
+        ours = bag_term_weights(bags, model.vocab_size)
         encode = st.encode_query if side == "query" else st.encode_document
         theirs = encode(texts, convert_to_tensor=True, batch_size=16).to_dense()
         atol = float32_rounding(32 * 2) * float(ours.abs().max())  # batches of 16 against ours: other sum orders

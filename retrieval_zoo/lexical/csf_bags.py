@@ -25,7 +25,6 @@ import torch
 from retrieval_zoo.compiling import compile_once
 from retrieval_zoo.distributed import gather_rows, row_counts, world
 from retrieval_zoo.rows import take_rows
-from retrieval_zoo.term_matrix import csr, offsets_of
 
 Bags = Literal["both", "original", "expansion"]
 Texts = TypeVar("Texts")  # a dataclass of row-aligned tensors: CsfBags, TextCsfs
@@ -80,19 +79,6 @@ class CsfBags:
     def counts(self) -> torch.Tensor:
         """(T,) |C| of each text."""
         return tally(self.text, self.num_texts)
-
-    def term_weights(self, width: int) -> torch.Tensor:
-        """(T, width) CSR: each text's largest weight for each surface form, its bag read with |v| = 0 (§3.4).
-
-        A surface form's weight is the largest of the text's CSFs of that form: w_t (§3.2) where the bag has the
-        expansion CSF, which is at least the self-projection weight of an original CSF of the same form.
-        """
-        keys = self.text.long() * width + self.surface.long()
-        unique, inverse = torch.unique(keys, return_inverse=True)  # by text, then by surface form
-        weights = self.weight.detach().float()
-        values = weights.new_zeros(len(unique)).scatter_reduce(0, inverse, weights, "amax", include_self=False)
-        unique = unique.cpu()
-        return csr(offsets_of(unique // width, self.num_texts), unique % width, values.cpu(), width)
 
 
 def tally(ids: torch.Tensor, size: int) -> torch.Tensor:

@@ -9,7 +9,7 @@ NLL over BM25 and in-batch negatives (L_ret) and the FLOPS regularisers λ_q·L_
 up quadratically; CSurF_HN adds a KL term to teacher scores over each query's group (L_HN). The model produces
 ``csf_bags``, searched through inverted lists scored exactly as training scores (``index=csf``;
 :mod:`retrieval_zoo.index.csurf.csf`), and ``term_weights``: each bag read with |v| = 0, a surface form's largest weight
-(:meth:`CsfBags.term_weights`), scored by their inner product, SPLADE's sum where CSurF takes the max-sum over source
+(:meth:`TextCsfs.term_weights`), scored by their inner product, SPLADE's sum where CSurF takes the max-sum over source
 tokens (§3.4), for the term-weight indexes (``index=sparse``, ``bmp``, ``lucene_impact``, ``seismic``, ``gip``) and
 CIFF (``python -m retrieval_zoo.export.ciff``). The vectors are left out: for a model trained with |v| > 0 these are
 its weights alone, not the model.
@@ -174,7 +174,7 @@ class CSurF(TermWeightsFromParts, BiEncoder[CsfBags]):
 
     def term_parts(self, ids: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, None]:
         """(T, L) ids and mask → the texts' bags as (T, |V|) term weights (|v| = 0; module docstring), no [CLS]."""
-        return self.encode_bags(ids, mask)[0].term_weights(self.vocab_size), None
+        return self.encode_csfs(ids, mask)[0].term_weights(), None
 
     def score(self, queries: CsfBags, docs: CsfBags) -> torch.Tensor:
         """Score(q, d) of §3.3 for every query and document: B and N bags → (B, N)."""
