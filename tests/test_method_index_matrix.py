@@ -91,7 +91,7 @@ def term_scores(model, retriever, tiny, bm25, texts: list[str], payload) -> torc
     encoder = model.term_encoder(tiny, bm25)
     q_lex, q_cls = encoder.encode_queries(texts)
     if isinstance(retriever, DhrRetriever):
-        from retrieval_zoo.index.terms.dhr import densify_parts
+        from retrieval_zoo.index.terms.dhr_vectors import densify_parts
         from retrieval_zoo.index.terms.dlr import gip
 
         lam = retriever.lam

@@ -74,7 +74,7 @@ def test_workers_tokenize_typed_queries_and_cached_tokens_are_gathered_in_proces
 ) -> None:
     """With workers (as beside a GPU), typed queries come tokenized by the workers; cached tokens, which need only a
     gather, are gathered in the process (no workers forked for them); the results are equal either way."""
-    from retrieval_zoo.index.terms.dhr import represent
+    from retrieval_zoo.index.terms.dhr_vectors import represent
     from retrieval_zoo.index.terms.dlr import Slicing
     from retrieval_zoo.index.vectors.faiss import Faiss
     from retrieval_zoo.methods.dense import DenseBiEncoder

@@ -15,8 +15,8 @@ from retrieval_zoo.training.validation_pool import candidate_pool
 SEARCH_SYNCS = {
     ("faiss", "dense"): (1, 0),
     ("sparse", "dlr_splade"): (5, 1),
-    ("gip", "delade_cls"): (2, 3),
-    ("gip", "dlr_splade"): (2, 4),
+    ("gip", "delade_cls"): (5, 0),
+    ("gip", "dlr_splade"): (4, 2),
     ("csf", "csurf"): (0, 8),
 }
 

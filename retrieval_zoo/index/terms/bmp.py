@@ -58,7 +58,7 @@ from retrieval_zoo.index.terms.bmp_engine import (
     import_bmp,
     query_impacts,
 )
-from retrieval_zoo.index.terms.dhr import PartEncoder
+from retrieval_zoo.index.terms.dhr_vectors import PartEncoder
 from retrieval_zoo.index.terms.forward_impacts import ForwardImpacts
 from retrieval_zoo.index.terms.impact import Hits, ImpactCorpus, ImpactRetriever, as_query
 from retrieval_zoo.index.terms.term_index import DHR_GRID, TermIndex

@@ -19,81 +19,16 @@ import torch
 from tqdm import tqdm
 
 from retrieval_zoo.data.formats import Run
-from retrieval_zoo.encoding.batching import PLAIN_QUERIES, Item, Prepare, QueryPrep, prepared_batches
-from retrieval_zoo.encoding.precision import encoding
-from retrieval_zoo.index.shards import CorpusShards, Payload, merge_topk
-from retrieval_zoo.index.terms.dlr import Slicing, densify, explain, hybrid
+from retrieval_zoo.encoding.batching import PLAIN_QUERIES, QueryPrep
+from retrieval_zoo.index.shards import CorpusShards, merge_topk
+from retrieval_zoo.index.terms.dhr_vectors import PartEncoder, represent, represent_shard
+from retrieval_zoo.index.terms.dlr import Slicing, explain
 from retrieval_zoo.index.terms.gip_search import GipIndex
 from retrieval_zoo.index.terms.gip_shards import search_shards
 from retrieval_zoo.lexical.lucene_bm25 import FEW_QUERIES
 from retrieval_zoo.retriever import Retriever
-from retrieval_zoo.term_matrix import row_range
 
-PartEncoder = Callable[[Item], tuple[torch.Tensor, torch.Tensor | None]]
 T = TypeVar("T")
-
-
-def densify_parts(
-    lexical: torch.Tensor, cls: torch.Tensor | None, slicing: Slicing, lam: float
-) -> tuple[np.ndarray, np.ndarray, int]:
-    """DLR of (n, |V|) ``lexical`` vectors, dense or CSR (Eq. 4–8), or DHR with (n, c) ``cls`` (Eq. 14–16); and c."""
-    values, indices = densify(lexical, slicing)
-    if cls is None:
-        return values, indices, 0
-    return (*hybrid(values, indices, cls.float().cpu().numpy(), lam), cls.shape[1])
-
-
-def represent_shard(
-    payload: Payload, slicing: Slicing, lam: float, batch_size: int
-) -> tuple[np.ndarray, np.ndarray, int]:
-    """(n, M [+ c]) float16 values and indices of a shard's ``lexical`` (and ``cls``) vectors, and c."""
-    lexical, cls = payload["lexical"], payload.get("cls")
-    parts = [densify_parts(row_range(lexical, i, i + batch_size), None if cls is None else cls[i : i + batch_size],
-                           slicing, lam) for i in range(0, lexical.shape[0], batch_size)]  # fmt: skip
-    values = np.concatenate([p[0] for p in parts]).astype(np.float16)
-    return values, np.concatenate([p[1] for p in parts]), parts[0][2]
-
-
-@torch.inference_mode()
-def represent(
-    encode: PartEncoder,
-    items: list[str],
-    slicing: Slicing,
-    lam: float,
-    batch_size: int,
-    desc: str = "densify",
-    lengths: list[int] | None = None,
-    prepare: Prepare | None = None,
-) -> tuple[np.ndarray, np.ndarray, int]:
-    """DLR (or DHR, when ``encode`` returns a [CLS] part) of every text, in input order, densified batch by batch.
-
-    Args:
-        encode: texts → ((n, |V|) lexical vectors, (n, c) [CLS] vectors or None).
-        items: The texts (queries).
-        slicing: The DLR slicing.
-        lam: λ of the [CLS] part (Eq. 14).
-        batch_size: Items per forward pass.
-        desc: Progress-bar label.
-        lengths: The items' lengths in tokens, which order the batches (default: characters).
-        prepare: Makes a batch of texts ready for ``encode`` ahead
-            (:class:`~retrieval_zoo.encoding.batching.QueryPrep`).
-
-    Returns:
-        (n, M [+ c]) float16 values, (n, M [+ c]) indices, and the number of [CLS] dimensions c.
-    """
-    filled: tuple[np.ndarray, np.ndarray] | None = None
-    cls_dims = 0
-    for batch, texts in prepared_batches(items, batch_size, lengths, prepare, desc):
-        with encoding():
-            parts = encode(texts)
-        part_values, part_indices, cls_dims = densify_parts(*parts, slicing, lam)
-        if filled is None:
-            shape = (len(items), part_values.shape[1])
-            filled = np.empty(shape, dtype=np.float16), np.empty(shape, dtype=part_indices.dtype)
-        filled[0][batch], filled[1][batch] = part_values, part_indices
-    if filled is None:
-        raise ValueError("nothing to densify")
-    return filled[0], filled[1], cls_dims
 
 
 class PartSearch(Retriever):

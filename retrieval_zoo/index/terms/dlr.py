@@ -130,6 +130,12 @@ def densify(bow: torch.Tensor, slicing: Slicing) -> tuple[np.ndarray, np.ndarray
     Returns:
         (B, M) values as float16 and (B, M) positions as ``slicing.index_dtype``.
     """
+    values, positions = densified(bow, slicing)
+    return values.cpu().numpy(), positions.cpu().numpy().astype(slicing.index_dtype)
+
+
+def densified(bow: torch.Tensor, slicing: Slicing) -> tuple[torch.Tensor, torch.Tensor]:
+    """:func:`densify` on the vectors' device: (B, M) float16 values and (B, M) int64 positions."""
     if bow.shape[1] != slicing.vocab_size:
         raise ValueError(f"vectors have {bow.shape[1]} dimensions, the slicing expects {slicing.vocab_size}")
     if is_csr(bow) and not bool((bow.values() < 0).any()):
@@ -139,8 +145,7 @@ def densify(bow: torch.Tensor, slicing: Slicing) -> tuple[np.ndarray, np.ndarray
         padded = torch.cat([bow.float(), torch.full((bow.shape[0], 1), -torch.inf, device=bow.device)], dim=1)
         cells = padded[:, slicing.order.to(bow.device)]  # index −1 picks the −inf column: padding never wins a slice
         best_values, best_positions = cells.view(bow.shape[0], slicing.slices, slicing.width).max(dim=2)
-    values = best_values.clamp(min=torch.finfo(torch.float16).min).to(torch.float16)
-    return values.cpu().numpy(), best_positions.cpu().numpy().astype(slicing.index_dtype)
+    return best_values.clamp(min=torch.finfo(torch.float16).min).to(torch.float16), best_positions
 
 
 def _densify_entries(bow: torch.Tensor, slicing: Slicing) -> tuple[torch.Tensor, torch.Tensor]:

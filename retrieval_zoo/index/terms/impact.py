@@ -28,7 +28,8 @@ from retrieval_zoo.encoding.batching import QueryPrep, encode_payload
 from retrieval_zoo.host_work import host_only
 from retrieval_zoo.id_index import IdIndex
 from retrieval_zoo.index.shards import CorpusShards
-from retrieval_zoo.index.terms.dhr import PartEncoder, PartSearch
+from retrieval_zoo.index.terms.dhr import PartSearch
+from retrieval_zoo.index.terms.dhr_vectors import PartEncoder
 from retrieval_zoo.retriever import ranked_run
 from retrieval_zoo.term_matrix import column_max, columns_from, entry_rows, offsets_of, parts, to_csr
 

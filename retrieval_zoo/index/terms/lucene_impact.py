@@ -26,7 +26,7 @@ from retrieval_zoo.encoding.batching import QueryPrep
 from retrieval_zoo.evaluation.metrics import Measure
 from retrieval_zoo.index.representations import OffersTermWeights
 from retrieval_zoo.index.shards import CorpusShards
-from retrieval_zoo.index.terms.dhr import PartEncoder
+from retrieval_zoo.index.terms.dhr_vectors import PartEncoder
 from retrieval_zoo.index.terms.impact import (
     Hits,
     ImpactCorpus,

@@ -30,7 +30,7 @@ from retrieval_zoo.evaluation.metrics import Measure
 from retrieval_zoo.host_memory import release_freed_memory
 from retrieval_zoo.index.representations import OffersTermWeights
 from retrieval_zoo.index.shards import CorpusShards
-from retrieval_zoo.index.terms.dhr import PartEncoder
+from retrieval_zoo.index.terms.dhr_vectors import PartEncoder
 from retrieval_zoo.index.terms.impact import Hits, ImpactCorpus, ImpactRetriever
 from retrieval_zoo.index.terms.term_index import DHR_GRID, TermIndex
 from retrieval_zoo.lexical.lucene_bm25 import BM25

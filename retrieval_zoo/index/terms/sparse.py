@@ -24,7 +24,8 @@ from retrieval_zoo.host_work import host_only
 from retrieval_zoo.id_index import IdIndex
 from retrieval_zoo.index.representations import OffersTermWeights
 from retrieval_zoo.index.shards import CorpusShards
-from retrieval_zoo.index.terms.dhr import PartEncoder, PartSearch
+from retrieval_zoo.index.terms.dhr import PartSearch
+from retrieval_zoo.index.terms.dhr_vectors import PartEncoder
 from retrieval_zoo.index.terms.gip_search import default_device
 from retrieval_zoo.index.terms.term_index import TermIndex
 from retrieval_zoo.lexical.lucene_bm25 import BM25
