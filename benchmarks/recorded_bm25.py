@@ -48,16 +48,19 @@ class RecordedBM25(BM25):
         mode: ``record`` calls Java and keeps the answers; ``replay`` never calls Java.
         calls: The BM25 methods recorded and replayed (:data:`JAVA_CALLS`, plus :data:`SEARCH_CALLS` where a benchmark
             searches); any other runs as BM25's own.
+        answers: Another recorder's answers to share (:meth:`over`); None reads them from ``path``.
     """
 
     def __init__(self, collection: Collection, path: str | Path, mode: Literal["record", "replay"],
-                 calls: tuple[str, ...] = JAVA_CALLS) -> None:  # fmt: skip
+                 calls: tuple[str, ...] = JAVA_CALLS, answers: dict[str, object] | None = None) -> None:  # fmt: skip
         super().__init__(collection)
         unknown = set(calls) - set(JAVA_CALLS + SEARCH_CALLS)
         if unknown:
             raise ValueError(f"not a recordable BM25 call: {sorted(unknown)}")
         self.path, self.mode, self.calls = Path(path), mode, calls
-        self.answers: dict[str, object] = {}
+        self.answers: dict[str, object] = {} if answers is None else answers
+        if answers is not None:
+            return
         if mode == "replay" and not self.path.is_file():
             raise FileNotFoundError(f"{self.path}: no BM25 record; make one with --bm25 record={self.path}")
         if self.path.is_file():  # recording adds to what an earlier benchmark recorded: one file serves both
@@ -66,10 +69,8 @@ class RecordedBM25(BM25):
 
     def over(self, collection: Collection) -> RecordedBM25:
         """A recorder of the same file, mode and calls over ``collection`` (a pool cut from this one), its answers
-        shared with this one's: either saves both."""
-        other = RecordedBM25(collection, self.path, self.mode, self.calls)
-        other.answers = self.answers
-        return other
+        shared with this one's (not read again): either saves both."""
+        return RecordedBM25(collection, self.path, self.mode, self.calls, self.answers)
 
     def save(self) -> None:
         """Write the answers recorded so far (record mode)."""

@@ -70,11 +70,11 @@ def offsets_of(rows: torch.Tensor, count: int) -> torch.Tensor:
     return offsets
 
 
-def entry_rows(offsets: torch.Tensor, entries: int | None = None) -> torch.Tensor:
+def entry_rows(offsets: torch.Tensor, entries: int) -> torch.Tensor:
     """(nnz,) the row of each entry, from (n + 1,) row offsets.
 
-    ``entries``, the nnz where the caller knows it (its columns' length): on a GPU the host then need not wait to
-    read the last offset back.
+    ``entries`` is the nnz (the columns' length), which the caller knows: given it, a GPU's host need not wait to read
+    the last offset back.
     """
     rows = torch.arange(len(offsets) - 1, device=offsets.device)
     return torch.repeat_interleave(rows, offsets.diff(), output_size=entries)
@@ -145,7 +145,7 @@ def columns_from(matrix: torch.Tensor, first: int) -> torch.Tensor:
         return matrix[:, first:] if first else matrix
     offsets, columns, values = parts(matrix)
     keep = columns >= first
-    kept = offsets_of(entry_rows(offsets)[keep], matrix.shape[0])
+    kept = offsets_of(entry_rows(offsets, len(columns))[keep], matrix.shape[0])
     return csr(kept, columns[keep] - first, values[keep], matrix.shape[1] - first)
 
 

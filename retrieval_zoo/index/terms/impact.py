@@ -73,7 +73,7 @@ def shard_impacts(shards: CorpusShards, discard: int, scale: float) -> Iterator[
         offsets, columns, values = parts(weights)
         impacts = quantize(values, scale)
         kept = impacts != 0
-        offsets = offsets_of(entry_rows(offsets)[kept], weights.shape[0])
+        offsets = offsets_of(entry_rows(offsets, len(columns))[kept], weights.shape[0])
         yield offsets.numpy(), (columns[kept] + discard).numpy(), impacts[kept].numpy()
 
 
