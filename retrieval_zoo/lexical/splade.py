@@ -25,7 +25,7 @@ import torch
 from transformers import PreTrainedModel
 
 from retrieval_zoo.lexical.maxima import max_with_positions_
-from retrieval_zoo.rows import add_rows
+from retrieval_zoo.rows import add_rows, coalesced
 
 MIN_CHUNK = 1024  # vocabulary ids projected at a time, at least
 CPU_CHUNK_BYTES = 1 << 20  # the products a chunk may hold on a CPU: a core's L2 cache
@@ -98,8 +98,18 @@ def pooled_mlm_logits(
     _, transform, projection = mlm_head_parts(model)
     x = transform(hidden)
     chunk = vocabulary_chunk(x, projection.weight.shape[0]) if chunk is None else chunk
-    maxima, argmax = _PooledProjection.apply(x, projection.weight, pool_mask, chunk, fixed_backward)
+    sparse = not fixed_backward and tied_projection(model)
+    maxima, argmax = _PooledProjection.apply(x, projection.weight, pool_mask, chunk, fixed_backward, sparse)
     return with_bias(maxima, projection), argmax
+
+
+def tied_projection(model: PreTrainedModel) -> bool:
+    """Whether the vocabulary projection is the input embeddings' table, whose dense gradient every backward has.
+
+    Then the projection's own reads may give it a sparse gradient (:func:`retrieval_zoo.rows.sparse_rows`): summed
+    with the embeddings' in the same backward it is dense again, with the same bits.
+    """
+    return model.get_output_embeddings().weight is model.get_input_embeddings().weight
 
 
 def last_hidden_states(model: PreTrainedModel, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
@@ -175,12 +185,13 @@ class _PooledProjection(torch.autograd.Function):
     expanded terms, a few hundred per text, so it costs a sliver of the (B, L, |V|) projection that autograd would
     run backwards. With ``fixed_backward`` it runs that projection backwards, per chunk, the gradient placed at each
     id's winning position: more work, but sizes fixed by the shapes, where counting the non-zero ids stops a GPU's
-    host.
+    host. With ``sparse_weight`` (not with ``fixed_backward``; on a CPU) the weight's gradient is those ids' rows
+    alone, a sparse tensor (:func:`~retrieval_zoo.rows.sparse_rows`), not a (|V|, H) one mostly of zeros.
     """
 
     @staticmethod
     def forward(ctx, x: torch.Tensor, weight: torch.Tensor, pool_mask: torch.Tensor, chunk: int,  # noqa: ANN001, ANN205
-                fixed_backward: bool = False):  # fmt: skip
+                fixed_backward: bool = False, sparse_weight: bool = False):  # fmt: skip
         maxima, positions = [], []
         for products in projected_chunks(x, weight, pool_mask, chunk):
             values, argmax = max_with_positions_(products, dim=1)
@@ -190,25 +201,32 @@ class _PooledProjection(torch.autograd.Function):
         ctx.save_for_backward(x, weight, argmax)
         ctx.mark_non_differentiable(argmax)
         ctx.chunk, ctx.fixed_backward, ctx.compute_dtype = chunk, fixed_backward, compute_dtype(x)
+        ctx.sparse_weight = sparse_weight and not fixed_backward and weight.device.type == "cpu"
         return joined(maxima), argmax
 
     @staticmethod
-    def backward(ctx, grad: torch.Tensor, _: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, None, None, None]:  # noqa: ANN001
+    def backward(ctx, grad: torch.Tensor, _: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, None, None, None, None]:  # noqa: ANN001
         x, weight, argmax = ctx.saved_tensors
         # summed in float32 whatever autocast made of x and the maxima (bf16 on a CPU), then given their dtypes
         grad_x = torch.zeros(x.shape, dtype=torch.float32, device=x.device)
-        grad_weight = torch.zeros(weight.shape, dtype=torch.float32, device=weight.device)
         if ctx.fixed_backward:
+            grad_weight = torch.zeros(weight.shape, dtype=torch.float32, device=weight.device)
             _dense_backward(grad, argmax, x.to(ctx.compute_dtype), weight, grad_x, grad_weight, ctx.chunk)
-            return grad_x.to(x.dtype), grad_weight.to(weight.dtype), None, None, None
+            return grad_x.to(x.dtype), grad_weight.to(weight.dtype), None, None, None, None
         text, term = grad.nonzero(as_tuple=True)
+        if ctx.sparse_weight:  # the ids' rows alone, each summed in the order add_rows would (sparse_rows)
+            ids, row_of = torch.unique(term, return_inverse=True)
+            weight_rows = torch.zeros(len(ids), weight.shape[1], dtype=torch.float32, device=weight.device)
+        else:
+            weight_rows, row_of = torch.zeros(weight.shape, dtype=torch.float32, device=weight.device), term
         step = 1 << 18  # (text, id) pairs at a time: bounded memory however dense the incoming gradient
         for first in range(0, len(text), step):
             t, v = text[first : first + step], term[first : first + step]
             g, position = grad[t, v].unsqueeze(1).float(), argmax[t, v]
             add_rows(grad_x.view(-1, x.shape[-1]), t * x.shape[1] + position, g * weight[v].float())  # rows repeat
-            add_rows(grad_weight, v, g * x[t, position].float())
-        return grad_x.to(x.dtype), grad_weight.to(weight.dtype), None, None, None
+            add_rows(weight_rows, row_of[first : first + step], g * x[t, position].float())
+        grad_weight = coalesced(ids, weight_rows, weight.shape) if ctx.sparse_weight else weight_rows
+        return grad_x.to(x.dtype), grad_weight.to(weight.dtype), None, None, None, None
 
 
 def _dense_backward(grad: torch.Tensor, argmax: torch.Tensor, x: torch.Tensor, weight: torch.Tensor,

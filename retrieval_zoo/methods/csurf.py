@@ -32,7 +32,7 @@ from retrieval_zoo.index.terms.term_index import TermWeightsFromParts
 from retrieval_zoo.lexical.csf_bags import Bags, CsfBags, Postings, gather_bags, max_sum_scores
 from retrieval_zoo.lexical.csf_fixed import fixed_max_sum_scores
 from retrieval_zoo.lexical.csf_texts import TextCsfs, csf_texts, gather_texts
-from retrieval_zoo.lexical.splade import mlm_head_parts, pooled_mlm_logits
+from retrieval_zoo.lexical.splade import mlm_head_parts, pooled_mlm_logits, tied_projection
 from retrieval_zoo.losses import (
     KlDirection,
     contrastive_nll,
@@ -238,7 +238,8 @@ def csfs_of(method: CSurF, hidden: torch.Tensor, ids: torch.Tensor, source_mask:
     expansion = torch.log1p(torch.relu(maxima))  # w_t = max_i φ_e(x_i)[t]: φ_e is monotonic, so max first
     _, transform, projection = mlm_head_parts(model)
     rows = ids.flatten()  # the text's own ids repeat: take_rows sums their gradients in a fixed order
-    own = (transform(hidden) * take_rows(projection.weight, rows).view(*ids.shape, -1)).sum(-1)
+    own_rows = take_rows(projection.weight, rows, sparse_gradient=not fixed and tied_projection(model))
+    own = (transform(hidden) * own_rows.view(*ids.shape, -1)).sum(-1)
     own = own + take_rows(projection.bias, rows).view(ids.shape)
     self_weights = torch.log1p(torch.relu(own))  # E_i[x_i], the original CSFs' weights
     vectors = None
