@@ -9,7 +9,7 @@ CPU walks the index in order. On CUDA it is the other way round: ``index_add_`` 
 tensor's device; the values are those of plain indexing.
 
 A vocabulary-sized table (the MLM head's (|V|, H) projection) that a step reads a few hundred rows of gets a dense
-gradient per read: a (|V|, H) fill and a (|V|, H) sum each, most of a small CPU step. :func:`sparse_rows` gives the
+gradient per read: a (|V|, H) fill and a (|V|, H) sum each, most of a small CPU step. :func:`sparse_row_sums` gives the
 same rows as a coalesced sparse tensor instead, each row summed in the same order as :func:`add_rows` into zeros:
 autograd adds it into the other reads' dense gradient row by row, every element by the same single addition as the
 dense sum's (only operands that x + 0 leaves alone are skipped), so the summed gradient has the same bits.
@@ -26,7 +26,7 @@ def take_rows(table: torch.Tensor, index: torch.Tensor, sparse_gradient: bool = 
     Args:
         table: (N, ...) rows.
         index: (M,) row numbers, repeats allowed.
-        sparse_gradient: On a CPU, give ``table`` its gradient as :func:`sparse_rows` (the same rows, no (N, ...)
+        sparse_gradient: On a CPU, give ``table`` its gradient as :func:`sparse_row_sums` (the same rows, no (N, ...)
             fill); only where another use of ``table`` in the same backward gives a dense one, which makes the
             summed gradient dense (an optimiser takes no sparse one).
 
@@ -56,7 +56,7 @@ def add_rows(target: torch.Tensor, index: torch.Tensor, rows: torch.Tensor) -> t
     return target.index_add_(0, index, rows)
 
 
-def sparse_rows(shape: torch.Size, index: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
+def sparse_row_sums(shape: torch.Size, index: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
     """``add_rows(zeros(shape), index, rows)`` on a CPU as a coalesced sparse COO tensor: only the rows indexed.
 
     Args:
@@ -77,7 +77,7 @@ def coalesced(index: torch.Tensor, rows: torch.Tensor, shape: torch.Size) -> tor
 
 
 class _SparseGradientRows(torch.autograd.Function):
-    """``table.index_select(0, index)`` whose backward gives ``table`` :func:`sparse_rows`' gradient."""
+    """``table.index_select(0, index)`` whose backward gives ``table`` :func:`sparse_row_sums`' gradient."""
 
     @staticmethod
     def forward(ctx, table: torch.Tensor, index: torch.Tensor) -> torch.Tensor:  # noqa: ANN001
@@ -88,4 +88,4 @@ class _SparseGradientRows(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad: torch.Tensor) -> tuple[torch.Tensor, None]:  # noqa: ANN001
         (index,) = ctx.saved_tensors
-        return sparse_rows(ctx.shape, index, grad), None
+        return sparse_row_sums(ctx.shape, index, grad), None

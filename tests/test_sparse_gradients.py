@@ -1,4 +1,4 @@
-"""Sparse gradients of the tied vocabulary projection (rows.sparse_rows): the dense path's bits, every parameter."""
+"""Sparse gradients of the tied vocabulary projection (rows.sparse_row_sums): the dense path's bits, every parameter."""
 
 import pytest
 import torch
@@ -6,16 +6,16 @@ import torch
 from retrieval_zoo.lexical import splade
 from retrieval_zoo.methods import csurf
 from retrieval_zoo.methods.csurf import CSurF
-from retrieval_zoo.rows import add_rows, sparse_rows, take_rows
+from retrieval_zoo.rows import add_rows, sparse_row_sums, take_rows
 from tests.conftest import tiny_encoder
 from tests.conftest import two_query_batch as batch
 
 
-def test_sparse_rows_are_add_rows_into_zeros_bit_for_bit() -> None:
+def test_sparse_row_sums_are_add_rows_into_zeros_bit_for_bit() -> None:
     # rows 3 and 1 repeat: each is summed in index order from 0, as index_add_ into zeros does; −0 becomes +0 there too
     index = torch.tensor([3, 1, 3, 0, 3])
     rows = torch.tensor([[0.1, -0.0], [1e8, 2.0], [0.2, -0.0], [-0.0, 0.0], [0.3, 1e-8]])
-    sparse = sparse_rows(torch.Size([5, 2]), index, rows)
+    sparse = sparse_row_sums(torch.Size([5, 2]), index, rows)
     dense = add_rows(torch.zeros(5, 2), index, rows)
     assert sparse.is_coalesced() and sparse.indices().tolist() == [[0, 1, 3]]
     assert torch.equal(sparse.to_dense(), dense)

@@ -106,7 +106,7 @@ def pooled_mlm_logits(
 def tied_projection(model: PreTrainedModel) -> bool:
     """Whether the vocabulary projection is the input embeddings' table, whose dense gradient every backward has.
 
-    Then the projection's own reads may give it a sparse gradient (:func:`retrieval_zoo.rows.sparse_rows`): summed
+    Then the projection's own reads may give it a sparse gradient (:func:`retrieval_zoo.rows.sparse_row_sums`): summed
     with the embeddings' in the same backward it is dense again, with the same bits.
     """
     return model.get_output_embeddings().weight is model.get_input_embeddings().weight
@@ -186,7 +186,7 @@ class _PooledProjection(torch.autograd.Function):
     run backwards. With ``fixed_backward`` it runs that projection backwards, per chunk, the gradient placed at each
     id's winning position: more work, but sizes fixed by the shapes, where counting the non-zero ids stops a GPU's
     host. With ``sparse_weight`` (not with ``fixed_backward``; on a CPU) the weight's gradient is those ids' rows
-    alone, a sparse tensor (:func:`~retrieval_zoo.rows.sparse_rows`), not a (|V|, H) one mostly of zeros.
+    alone, a sparse tensor (:func:`~retrieval_zoo.rows.sparse_row_sums`), not a (|V|, H) one mostly of zeros.
     """
 
     @staticmethod
@@ -214,7 +214,7 @@ class _PooledProjection(torch.autograd.Function):
             _dense_backward(grad, argmax, x.to(ctx.compute_dtype), weight, grad_x, grad_weight, ctx.chunk)
             return grad_x.to(x.dtype), grad_weight.to(weight.dtype), None, None, None, None
         text, term = grad.nonzero(as_tuple=True)
-        if ctx.sparse_weight:  # the ids' rows alone, each summed in the order add_rows would (sparse_rows)
+        if ctx.sparse_weight:  # the ids' rows alone, each summed in the order add_rows would (sparse_row_sums)
             ids, row_of = torch.unique(term, return_inverse=True)
             weight_rows = torch.zeros(len(ids), weight.shape[1], dtype=torch.float32, device=weight.device)
         else:
