@@ -84,12 +84,12 @@ def test_bags_read_as_term_weights_take_each_forms_largest_weight_by_hand() -> N
     }
     for kept, rows in expected.items():
         texts = csf_texts(expansion, sources, self_weights, ids, source_mask, None, kept)
-        weights = texts.term_weights()
-        assert weights.layout == torch.sparse_csr and weights.shape == (2, 6)
-        assert dense_rows(weights).tolist() == rows, kept
-        assert torch.equal(dense_rows(weights), bag_term_weights(texts.listed(), 6)), kept
+        weights = texts.term_weights()  # dense, in the encoder's shapes: listing them is the caller's
+        assert weights.layout == torch.strided and weights.shape == (2, 6)
+        assert weights.tolist() == rows, kept
+        assert torch.equal(weights, bag_term_weights(texts.listed(), 6)), kept
     # |v| = 0 scores are SPLADE's sum over shared forms: text 0 against text 1, 0.75·2.0
-    both = dense_rows(csf_texts(expansion, sources, self_weights, ids, source_mask, None).term_weights())
+    both = csf_texts(expansion, sources, self_weights, ids, source_mask, None).term_weights()
     assert (both[:1] @ both[1:].T).tolist() == [[1.5]]
 
 
@@ -103,6 +103,7 @@ def test_csurf_term_encoder_gives_its_bags_as_term_weights(tiny, kept: str) -> N
         docs = encoder.encode_docs(docids)["lexical"]
         q_bags, d_bags = model.encode_query(texts), model.encode_doc([tiny.corpus[d] for d in docids])
     assert cls is None and encoder.discard == 0 and encoder.vocab_size == model.vocab_size
+    assert encoder.queries.as_csr == {"lexical"} and docs.layout == torch.sparse_csr  # listed a group at a time
     assert torch.equal(dense_rows(queries), bag_term_weights(q_bags, model.vocab_size))
     # the corpus is encoded in other batches (their lengths): the same weights to float32 rounding
     expected = bag_term_weights(d_bags, model.vocab_size)

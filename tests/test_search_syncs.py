@@ -14,9 +14,9 @@ from retrieval_zoo.training.validation_pool import candidate_pool
 # both of its paths, the dense vectors' and a CSR's entries
 SEARCH_SYNCS = {
     ("faiss", "dense"): (1, 0),
-    ("sparse", "dlr_splade"): (5, 1),
+    ("sparse", "dlr_splade"): (7, 0),
     ("gip", "delade_cls"): (5, 0),
-    ("gip", "dlr_splade"): (4, 2),
+    ("gip", "dlr_splade"): (4, 0),
     ("csf", "csurf"): (0, 8),
 }
 

@@ -52,10 +52,13 @@ class QueryPrep:
         lengths: Texts → their lengths in tokens, which order the batches (None: by characters).
         prepare: A batch of texts → the same with the method's tokens for them, made ahead; None: the encoder
             tokenizes in the step.
+        as_csr: The encoded parts given dense and mostly zero (SPLADE's and CSurF's term weights), which
+            :func:`encode_payload` lists as CSR a group of batches at a time: a wait a group, not a batch.
     """
 
     lengths: LengthsOf = by_characters
     prepare: Prepare | None = None
+    as_csr: frozenset[str] = frozenset()
 
 
 PLAIN_QUERIES = QueryPrep()

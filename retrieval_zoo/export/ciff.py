@@ -48,8 +48,8 @@ def query_vectors(encoder: TermEncoder, queries: dict[str, str], levels: int) ->
     """Each query as ``{"id", "vector": {term: impact}}``, its largest weight at ``levels``; zeros left out."""
     texts = list(queries.values())
     encode = lambda batch: {"lexical": encoder.encode_queries(batch)[0]}  # noqa: E731
-    lexical = encode_payload(encode, texts, encoder.batch_size, "encode queries (CIFF)",
-                             encoder.queries.lengths(texts), encoder.queries.prepare)["lexical"]  # fmt: skip
+    lexical = encode_payload(encode, texts, encoder.batch_size, "encode queries (CIFF)", encoder.queries.lengths(texts),
+                             encoder.queries.prepare, as_csr=encoder.queries.as_csr)["lexical"]  # fmt: skip
     vectors = []
     for qid, weights in zip(queries, each_row(columns_from(lexical, encoder.discard)), strict=True):
         weights = weights.double()

@@ -127,6 +127,14 @@ class EncodesTermParts(Encodes, Protocol):
         """λ of the [CLS] part as trained (Eq. 13); 1.0 without one."""
         ...
 
+    @property
+    def sparse_terms(self) -> bool:
+        """Whether its term weights are mostly zero and listed as CSR a group of batches at a time (CSurF's).
+
+        False: dense, and kept so (DeLADE's softmax vectors).
+        """
+        ...
+
     def term_parts(self, ids: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
         """(T, L) ids and mask → (T, |V|) lexical vectors and (T, c) [CLS] vectors or None."""
         ...

@@ -19,7 +19,6 @@ from retrieval_zoo.bounds import require_choice
 from retrieval_zoo.distributed import gather_rows, row_counts, world
 from retrieval_zoo.lexical.csf_bags import Bags, CsfBags, cat_fields
 from retrieval_zoo.rows import take_rows
-from retrieval_zoo.term_matrix import to_csr
 
 
 @dataclass
@@ -60,17 +59,17 @@ class TextCsfs:
         return CsfBags(text, surface, source, weight, vector, original, len(self.ids), length, self.tokens)
 
     def term_weights(self) -> torch.Tensor:
-        """(T, |V|) CSR: each text's largest CSF weight for each surface form, its bag read with |v| = 0 (§3.4).
+        """(T, |V|) dense: each text's largest CSF weight for each surface form, its bag read with |v| = 0 (§3.4).
 
         A form's weight is w_t (§3.2) where the text has the expansion CSF, which is at least the self-projection
         weight of an original CSF of the same form, else that of its original CSFs: the maximum over the text's CSFs
         of the form, found in the encoder's shapes (every weight is ≥ 0 and a missing CSF weighs 0, the kinds that
-        ``kept`` leaves out included), then listed.
-        Listing the bags first (:meth:`listed`) would wait on the device four more times: their two ``nonzero``, a
-        ``unique`` of (text, form) and two copies.
+        ``kept`` leaves out included). Mostly zero: the caller lists them (``to_csr``), a group of batches at a
+        time where it encodes many. Listing the bags first (:meth:`listed`) would wait on the device four more
+        times: their two ``nonzero``, a ``unique`` of (text, form) and two copies.
         """
         own = self.own.detach().float()  # 0 where a position has no original CSF, and everywhere for ``expansion``
-        return to_csr(self.expansion.detach().float().scatter_reduce(1, self.ids.long(), own, "amax"))
+        return self.expansion.detach().float().scatter_reduce(1, self.ids.long(), own, "amax")
 
     def texts(self, rows: slice) -> TextCsfs:
         """The CSFs of texts ``rows``."""

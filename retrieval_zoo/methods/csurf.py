@@ -171,9 +171,10 @@ class CSurF(TermWeightsFromParts, BiEncoder[CsfBags]):
 
     term_discard: ClassVar[int] = 0  # every surface form can be a term
     cls_weight: ClassVar[float] = 1.0  # no [CLS] part
+    sparse_terms: ClassVar[bool] = True  # a text's forms: listed as CSR a group of batches at a time
 
     def term_parts(self, ids: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, None]:
-        """(T, L) ids and mask → the texts' bags as (T, |V|) term weights (|v| = 0; module docstring), no [CLS]."""
+        """(T, L) ids and mask → the texts' bags as dense (T, |V|) term weights (|v| = 0; module docstring)."""
         return self.encode_csfs(ids, mask)[0].term_weights(), None
 
     def score(self, queries: CsfBags, docs: CsfBags) -> torch.Tensor:

@@ -190,3 +190,5 @@ class DeLADE(TermWeightsFromParts, DenseBiEncoder):
     def cls_weight(self) -> float:
         """λ of Eq. 13, with which the [CLS] part was trained."""
         return self.lambda_cls
+
+    sparse_terms: ClassVar[bool] = False  # Eq. 23's softmax gives every id a weight: kept dense

@@ -10,7 +10,7 @@ reads the corpus's cached tokens, gathered ahead of the forward pass.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 
@@ -24,15 +24,15 @@ from retrieval_zoo.lexical.bm25_rows import document_rows
 from retrieval_zoo.lexical.lucene_bm25 import BM25
 from retrieval_zoo.lexical.sparse_rows import SparseRows
 from retrieval_zoo.lexical.splade import splade_vectors
-from retrieval_zoo.term_matrix import to_csr
 
 
 @dataclass
 class LexicalPart:
-    """The lexical vectors of a fusion: (n, |V|) rows of queries (CSR) and of documents, and their vocabulary.
+    """The lexical vectors of a fusion: (n, |V|) rows of queries and of documents, and their vocabulary.
 
-    Documents' rows may come dense (SPLADE's, on the encoder's device): the corpus's encoding lists them as CSR a
-    group of batches at a time (:func:`~retrieval_zoo.encoding.batching.encode_payload`'s ``as_csr``).
+    Rows come as CSR (BM25's, read on the host) or dense (SPLADE's, on the encoder's device): queries and the
+    corpus alike list dense ones as CSR a group of batches at a time
+    (:func:`~retrieval_zoo.encoding.batching.encode_payload`'s ``as_csr``; GIP densifies its queries as they are).
     """
 
     queries: Callable[[Item], torch.Tensor]
@@ -80,8 +80,8 @@ def bm25_part(bm25: BM25) -> LexicalPart:
 def splade_part(encoder: Encoder) -> LexicalPart:
     """The SPLADE vectors of a backbone with its MLM head (Eq. 20), over BERT's vocabulary."""
 
-    def queries(texts: Item) -> torch.Tensor:
-        return to_csr(splade_vectors(encoder.model, *encoder.tokenize(texts, "query")))
+    def queries(texts: Item) -> torch.Tensor:  # dense, as the documents': listed a group of batches at a time
+        return splade_vectors(encoder.model, *encoder.tokenize(texts, "query"))
 
     def docs(ids: Item) -> torch.Tensor:  # dense: listed as CSR a group of batches at a time, not a wait a batch
         return splade_vectors(encoder.model, *encoder.tokenize(ids, "doc"))
@@ -133,5 +133,6 @@ def fused_term_encoder(
     def encode_queries(texts: Item) -> tuple[torch.Tensor, torch.Tensor | None]:
         return lexical.queries(texts), semantic(texts, query=True)
 
+    listed = replace(queries, as_csr=frozenset({"lexical"}))  # SPLADE's dense rows; BM25's are CSR already
     return TermEncoder(encode_queries, encode_shard, lexical.vocab_size, lexical.discard, lexical.terms, 1.0,
-                       batch_size, queries)  # fmt: skip
+                       batch_size, listed)  # fmt: skip

@@ -177,7 +177,7 @@ class ImpactRetriever(PartSearch):
         encode = lambda batch: dict(zip(("lexical", "cls"), self.encode_query(batch), strict=True))  # noqa: E731
         encoded = self.encoded_once(texts, lambda: encode_payload(
             encode, texts, self.batch_size, f"encode queries ({self.name})", self.queries.lengths(texts),
-            self.queries.prepare,
+            self.queries.prepare, as_csr=self.queries.as_csr,
         ))  # fmt: skip
         with host_only("a host engine's search of the queries' host copy"):  # engines and [CLS] vectors: host
             lexical, cls = columns_from(encoded["lexical"], self.discard), encoded.get("cls")

@@ -146,7 +146,8 @@ class SparseRetriever(PartSearch):
         encode = lambda batch: dict(zip(("lexical", "cls"), self.encode_query(batch), strict=True))  # noqa: E731
         texts = list(queries.values())
         encoded = self.encoded_once(texts, lambda: encode_payload(
-            encode, texts, self.batch_size, "encode queries (exact)", self.queries.lengths(texts), self.queries.prepare
+            encode, texts, self.batch_size, "encode queries (exact)", self.queries.lengths(texts), self.queries.prepare,
+            as_csr=self.queries.as_csr,
         ))  # fmt: skip
         with host_only("the queries' vocabulary columns, of their host copy"):
             lexical = columns_from(encoded["lexical"], self.discard)

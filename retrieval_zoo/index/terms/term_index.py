@@ -13,6 +13,7 @@ reference the densification approximates. Both fuse the [CLS] part with a weight
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any, ClassVar
 
 import torch
@@ -49,12 +50,14 @@ def encoder_term_weights(method: EncodesTermParts, collection: Collection) -> Te
         return {"lexical": lexical, "cls": cls}
 
     texts = method.corpus_texts(collection)  # the corpus's cached tokens
+    as_csr = frozenset({"lexical"}) if method.sparse_terms else frozenset()  # listed a group of batches at a time
 
     def encode_docs(docids: list[str]) -> Payload:
-        return encode_payload(doc_parts, texts(docids), method.encode_batch_size, "docs")
+        return encode_payload(doc_parts, texts(docids), method.encode_batch_size, "docs", as_csr=as_csr)
 
+    queries = replace(method.query_prep(), as_csr=as_csr)
     return TermEncoder(encode_queries, encode_docs, method.vocab_size, method.term_discard, encoder.id_strings,
-                       method.cls_weight, method.encode_batch_size, method.query_prep())  # fmt: skip
+                       method.cls_weight, method.encode_batch_size, queries)  # fmt: skip
 
 
 class TermWeightsFromParts:
