@@ -11,12 +11,13 @@ from benchmarks.search_syncs import search_syncs, split_count
 from retrieval_zoo.training.validation_pool import candidate_pool
 
 # (index, method): (syncs paid once a call, syncs a batch of 8 queries), as docs/benchmarks.md lists them; gip with
-# both of its paths, the dense vectors' and a CSR's entries
+# both of its paths, dense vectors (DeLADE's, and SPLADE's as its encoder gives them) and a CSR's entries (BM25's)
 SEARCH_SYNCS = {
     ("faiss", "dense"): (1, 0),
     ("sparse", "dlr_splade"): (7, 0),
     ("gip", "delade_cls"): (5, 0),
     ("gip", "dlr_splade"): (4, 0),
+    ("gip", "dlr_bm25"): (4, 1),
     ("csf", "csurf"): (0, 8),
 }
 
