@@ -35,7 +35,7 @@ def take_rows(table: torch.Tensor, index: torch.Tensor, sparse_gradient: bool = 
     """
     if table.is_cuda:
         return table[index]
-    if sparse_gradient and table.requires_grad and torch.is_grad_enabled():
+    if sparse_gradient and table.device.type == "cpu" and table.requires_grad and torch.is_grad_enabled():
         return _SparseGradientRows.apply(table, index)
     return table.index_select(0, index)
 

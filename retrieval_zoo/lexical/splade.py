@@ -98,7 +98,7 @@ def pooled_mlm_logits(
     _, transform, projection = mlm_head_parts(model)
     x = transform(hidden)
     chunk = vocabulary_chunk(x, projection.weight.shape[0]) if chunk is None else chunk
-    sparse = not fixed_backward and tied_projection(model)
+    sparse = tied_projection(model)  # taken on a CPU and without fixed_backward (_PooledProjection)
     maxima, argmax = _PooledProjection.apply(x, projection.weight, pool_mask, chunk, fixed_backward, sparse)
     return with_bias(maxima, projection), argmax
 
