@@ -20,7 +20,9 @@ from retrieval_zoo.lexical.lucene_bm25 import BM25
 
 def python_batch_search(index_dir: str, queries: dict[str, str], k: int, threads: int) -> int:
     """pyserini's batch_search with every hit turned into Python (runs in the JVM worker)."""
-    search_lucene, _, _ = pyserini_lucene()
+    pyserini_lucene()  # the JVM configured before pyserini's searchers start it
+    import pyserini.search.lucene as search_lucene
+
     searcher = search_lucene.LuceneSearcher(index_dir)
     searcher.set_bm25(0.9, 0.4)
     qids = list(queries)
@@ -33,6 +35,8 @@ def main() -> None:
     parser.add_argument("--variant", default="default")
     parser.add_argument("--threads", type=int, default=2)
     args = parser.parse_args()
+    from benchmarks.bm25_throughput import python_batch_search as batch_search  # by name: the worker imports it
+
     collection = embedded(args.variant)
     queries = collection.judged_queries("dev")
     with tempfile.TemporaryDirectory() as cache:
@@ -46,7 +50,7 @@ def main() -> None:
             bm25.search(queries, k)
             ours = len(queries) / (time.perf_counter() - started)
             started = time.perf_counter()
-            LuceneWorker.call(python_batch_search, str(bm25.index_dir), queries, k, args.threads)
+            LuceneWorker.call(batch_search, str(bm25.index_dir), queries, k, args.threads)
             python = len(queries) / (time.perf_counter() - started)
             rows.append((k, ours, python))
     header(f"BM25 on {collection.name}")

@@ -184,7 +184,7 @@ def max_heap_bytes() -> int:
     """Runs in the Lucene worker: the JVM's largest heap."""
     from retrieval_zoo.lexical.java import pyserini_lucene
 
-    return pyserini_lucene()[2]("java.lang.Runtime").getRuntime().maxMemory()
+    return pyserini_lucene()[1]("java.lang.Runtime").getRuntime().maxMemory()
 
 
 def test_the_jvm_heap_is_sized_and_a_bad_size_is_named(tiny_bm25, monkeypatch) -> None:

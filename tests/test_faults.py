@@ -45,6 +45,32 @@ def test_the_lucene_worker_exits_when_its_parent_is_killed(tmp_path: Path) -> No
     assert not alive(worker)
 
 
+def test_the_lucene_worker_leaves_the_main_script_alone(tmp_path: Path) -> None:
+    marker, script = tmp_path / "runs.txt", tmp_path / "main.py"
+    script.write_text(
+        textwrap.dedent(f"""
+        import os
+        from pathlib import Path
+        from retrieval_zoo.lexical.java import LuceneWorker
+        with Path({str(marker)!r}).open("a") as runs:
+            runs.write(f"{{os.getpid()}}\\n")  # each process that runs this script, the worker's if it did
+        def local() -> int:
+            return 0
+        print(LuceneWorker.call(os.getpid), flush=True)  # no __main__ guard: the worker never runs this
+        try:
+            LuceneWorker.call(local)
+        except TypeError as error:
+            print(error)
+    """)
+    )
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, env=env, timeout=120)
+    assert done.returncode == 0, done.stderr[-3000:]
+    worker, refusal = done.stdout.splitlines()
+    assert marker.read_text().split() != [worker] and len(marker.read_text().split()) == 1
+    assert "cannot import a function of the main script" in refusal and "local" in refusal
+
+
 def test_temporaries_of_killed_writers_are_removed_and_live_ones_kept(tmp_path: Path) -> None:
     import socket
 

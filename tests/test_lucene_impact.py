@@ -31,7 +31,7 @@ def maps_both_ways(query: dict[str, int]) -> tuple[list, list, str]:
     """In the JVM worker: the entries of ``term_map(query)`` and of a HashMap filled by a put a term, in order."""
     from retrieval_zoo.lexical.lucene_ops import pyserini_lucene, term_map
 
-    _, _, autoclass = pyserini_lucene()
+    _, autoclass = pyserini_lucene()
     put = autoclass("java.util.HashMap")()
     for term, impact in query.items():
         put.put(term, autoclass("java.lang.Integer")(impact))

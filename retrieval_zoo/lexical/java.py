@@ -9,7 +9,9 @@ because ``pyserini.search.lucene`` builds an OpenAI client at import time. It al
 The JVM never starts in the calling (training) process: :class:`LuceneWorker` runs Lucene calls in a ``spawn``-ed
 child. An embedded JVM shares signal handlers and threads with torch, and a fork after it has started breaks Lucene
 in the child; with the JVM in its own process, DataLoader workers fork freely and a JVM crash cannot take a training
-run down with it.
+run down with it. The child imports only what its calls need: not the caller's main module (``train.py`` would
+import torch and Lightning there, 4 s of a 6 s start) and not ``pyserini.search.lucene`` (its dense encoders import
+torch, transformers and scikit-learn), so it starts in about a second.
 """
 
 from __future__ import annotations
@@ -18,11 +20,13 @@ import atexit
 import multiprocessing
 import os
 import re
+import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
+from contextlib import contextmanager
 from functools import cache
 from types import ModuleType
 from typing import Any
@@ -71,40 +75,50 @@ def _configure_jvm() -> None:
 
 
 @cache
-def pyserini_lucene() -> tuple[ModuleType, ModuleType, Callable[[str], Any]]:
-    """Import pyserini with the JVM configured (starts the JVM in *this* process: call it inside the worker).
+def pyserini_lucene() -> tuple[ModuleType, Callable[[str], Any]]:
+    """Import pyserini's index reader with the JVM configured (starts the JVM in *this* process: call it in the worker).
+
+    ``pyserini.search.lucene`` is left out (a caller that wants pyserini's searchers imports it after this call).
 
     Returns:
-        ``(pyserini.search.lucene, pyserini.index.lucene, jnius.autoclass)``.
+        ``(pyserini.index.lucene, jnius.autoclass)``.
     """
     _configure_jvm()
     import pyserini.index.lucene as index_lucene
-    import pyserini.search.lucene as search_lucene
     from jnius import autoclass
 
-    return search_lucene, index_lucene, autoclass
+    return index_lucene, autoclass
 
 
 class LuceneWorker:
-    """A single spawned process that hosts the JVM; :meth:`call` runs a picklable function there."""
+    """A single spawned process that hosts the JVM; :meth:`call` runs a picklable function there.
+
+    The function must be importable by its module's name: the worker does not import the caller's main module.
+    """
 
     _executor: ProcessPoolExecutor | None = None
 
     @classmethod
     def call(cls, fn: Callable[..., Any], /, *args: Any) -> Any:
         """Run ``fn(*args)`` in the JVM process and return its result (exceptions propagate)."""
+        if fn.__module__ == "__main__":
+            raise TypeError(
+                f"LuceneWorker.call({fn.__name__}): the worker cannot import a function of the main script; define it "
+                "in a module and import it from there"
+            )
         if cls._executor is None:
             context = multiprocessing.get_context("spawn")
             cls._executor = ProcessPoolExecutor(max_workers=1, mp_context=context, initializer=exit_with_parent,
                                                 initargs=(os.getpid(),))  # fmt: skip
             atexit.register(cls.shutdown)
+            with main_module_unseen():  # the one worker process starts in this first submit
+                cls._executor.submit(os.getpid)
         try:
             return cls._executor.submit(fn, *args).result()
         except BrokenProcessPool as error:
             cls._executor = None  # the next call starts a fresh worker
             raise RuntimeError(
-                f"the Java (Lucene) worker process died during {fn.__name__}: out of memory, a JVM crash, or a script "
-                "without `if __name__ == '__main__':` (the worker is spawned and re-imports the main module)"
+                f"the Java (Lucene) worker process died during {fn.__name__}: out of memory or a JVM crash"
             ) from error
 
     @classmethod
@@ -113,6 +127,21 @@ class LuceneWorker:
         if cls._executor is not None:
             cls._executor.shutdown(wait=True, cancel_futures=True)
             cls._executor = None
+
+
+@contextmanager
+def main_module_unseen() -> Iterator[None]:
+    """While a process is spawned, show ``multiprocessing`` a bare ``__main__``, so the child does not import ours.
+
+    A spawned child runs the parent's main script (``train.py``: torch, Lightning, transformers) before its first
+    task; the Lucene worker's tasks are functions of importable modules and need none of it.
+    """
+    main = sys.modules["__main__"]
+    sys.modules["__main__"] = ModuleType("__main__")
+    try:
+        yield
+    finally:
+        sys.modules["__main__"] = main
 
 
 def exit_with_parent(parent: int, poll_seconds: float = 0.5) -> None:

@@ -21,20 +21,20 @@ MAX_QUERY_TERMS = 1 << 20  # Lucene's default of 1,024 clauses is fewer than a D
 
 def run_main(java_class: str, args: list[str]) -> None:
     """Run an Anserini command-line class (``IndexCollection``, ``SearchCollection``) in the JVM."""
-    _, _, autoclass = pyserini_lucene()
+    _, autoclass = pyserini_lucene()
     autoclass(java_class).main(args)
 
 
 @cache
 def _reader(index_dir: str) -> Any:
-    _, index_lucene, _ = pyserini_lucene()
+    index_lucene, _ = pyserini_lucene()
     return index_lucene.LuceneIndexReader(index_dir)
 
 
 @cache
 def _similarity(k1: float, b: float) -> Any:
-    search_lucene, _, _ = pyserini_lucene()
-    return search_lucene.LuceneSimilarities.bm25(k1, b)
+    _, autoclass = pyserini_lucene()
+    return autoclass("org.apache.lucene.search.similarities.BM25Similarity")(k1, b)  # pyserini's LuceneSimilarities
 
 
 def pair_scores(index_dir: str, k1: float, b: float, pairs: list[tuple[str, str]]) -> np.ndarray:
@@ -49,7 +49,7 @@ def pair_scores(index_dir: str, k1: float, b: float, pairs: list[tuple[str, str]
 @cache
 def _searcher(index_dir: str, k1: float, b: float) -> tuple[Any, Any, Any]:
     """A BM25 ``IndexSearcher`` over the index, Anserini's bag-of-words query generator and its analyzer."""
-    _, _, autoclass = pyserini_lucene()  # first: importing jnius starts the JVM, with pyserini's classpath only after
+    _, autoclass = pyserini_lucene()  # first: importing jnius starts the JVM, with pyserini's classpath only after
     from jnius import cast
 
     reader = autoclass("org.apache.lucene.index.DirectoryReader").open(
@@ -64,7 +64,7 @@ def _searcher(index_dir: str, k1: float, b: float) -> tuple[Any, Any, Any]:
 @cache
 def _ranking() -> tuple[Any, Any, Any]:
     """The pieces of Anserini's BM25 ranking: its sort (score, ties by document id), ``ScoredDocs`` and the adjuster."""
-    _, _, autoclass = pyserini_lucene()
+    _, autoclass = pyserini_lucene()
     sort = autoclass("io.anserini.search.SearchCollection").BREAK_SCORE_TIES_BY_DOCID
     adjuster = autoclass("io.anserini.rerank.lib.ScoreTiesAdjusterReranker")()
     return sort, autoclass("io.anserini.search.ScoredDocs"), adjuster
@@ -104,7 +104,7 @@ def candidate_scores(index_dir: str, k1: float, b: float, candidates: list[tuple
     Returns:
         Per query, float32 scores aligned with its document ids.
     """
-    _, _, autoclass = pyserini_lucene()
+    _, autoclass = pyserini_lucene()
     searcher, generator, analyzer = _searcher(index_dir, k1, b)
     bytes_ref, array_list = autoclass("org.apache.lucene.util.BytesRef"), autoclass("java.util.ArrayList")
     builder, occur = autoclass("org.apache.lucene.search.BooleanQuery$Builder"), autoclass(BOOLEAN_OCCUR)
@@ -157,7 +157,7 @@ def document_term_weights_by_search(
 
 @cache
 def _term_class() -> Any:
-    _, _, autoclass = pyserini_lucene()
+    _, autoclass = pyserini_lucene()
     return autoclass("org.apache.lucene.index.Term")
 
 
@@ -200,7 +200,7 @@ def document_frequencies(index_dir: str, terms: list[str]) -> list[int]:
 
 @cache
 def _impact_searcher(index_dir: str) -> Any:
-    _, _, autoclass = pyserini_lucene()
+    _, autoclass = pyserini_lucene()
     autoclass("org.apache.lucene.search.IndexSearcher").setMaxClauseCount(MAX_QUERY_TERMS)  # dense queries
     return autoclass("io.anserini.search.SimpleImpactSearcher")(index_dir)
 
@@ -236,7 +236,7 @@ def term_map(query: dict[str, int]) -> Any:
 
 @cache
 def _json_reader() -> tuple[Any, Any]:
-    _, _, autoclass = pyserini_lucene()
+    _, autoclass = pyserini_lucene()
     return autoclass("com.fasterxml.jackson.databind.ObjectMapper")(), autoclass("java.lang.Class").forName(
         "java.util.HashMap"
     )

@@ -38,7 +38,7 @@ class TermWeights:
 
     def __init__(self, reader: Any, k1: float, b: float) -> None:
         """``reader``: pyserini's ``LuceneIndexReader`` (its ``reader`` is Lucene's ``IndexReader``)."""
-        _, _, autoclass = pyserini_lucene()
+        _, autoclass = pyserini_lucene()
         from jnius import JavaException, cast
 
         self.java_exception, self.reader = JavaException, reader
