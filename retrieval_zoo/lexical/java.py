@@ -106,15 +106,8 @@ class LuceneWorker:
                 f"LuceneWorker.call({fn.__name__}): the worker cannot import a function of the main script; define it "
                 "in a module and import it from there"
             )
-        if cls._executor is None:
-            context = multiprocessing.get_context("spawn")
-            cls._executor = ProcessPoolExecutor(max_workers=1, mp_context=context, initializer=exit_with_parent,
-                                                initargs=(os.getpid(),))  # fmt: skip
-            atexit.register(cls.shutdown)
-            with main_module_unseen():  # the one worker process starts in this first submit
-                cls._executor.submit(os.getpid)
         try:
-            return cls._executor.submit(fn, *args).result()
+            return cls.executor().submit(fn, *args).result()
         except BrokenProcessPool as error:
             cls._executor = None  # the next call starts a fresh worker
             raise RuntimeError(
@@ -122,11 +115,36 @@ class LuceneWorker:
             ) from error
 
     @classmethod
+    def executor(cls) -> ProcessPoolExecutor:
+        """The executor of the one worker process, started on first use."""
+        if cls._executor is None:
+            context = multiprocessing.get_context("spawn")
+            cls._executor = ProcessPoolExecutor(max_workers=1, mp_context=context, initializer=exit_with_parent,
+                                                initargs=(os.getpid(),))  # fmt: skip
+            atexit.register(cls.shutdown)
+            with main_module_unseen():  # the one worker process starts in this first submit
+                cls._executor.submit(os.getpid)
+        return cls._executor
+
+    @classmethod
+    def start(cls) -> None:
+        """Start the worker and its JVM now, in the background, so that the first call finds them ready.
+
+        A failure surfaces at that call, which raises its own error.
+        """
+        cls.executor().submit(start_jvm)
+
+    @classmethod
     def shutdown(cls) -> None:
         """Stop the JVM process."""
         if cls._executor is not None:
             cls._executor.shutdown(wait=True, cancel_futures=True)
             cls._executor = None
+
+
+def start_jvm() -> None:
+    """In the worker: import pyserini's index reader, which starts the JVM (:meth:`LuceneWorker.start`)."""
+    pyserini_lucene()
 
 
 @contextmanager
