@@ -53,7 +53,6 @@ class RecordedBM25(BM25):
 
     def __init__(self, collection: Collection, path: str | Path, mode: Literal["record", "replay"],
                  calls: tuple[str, ...] = JAVA_CALLS, answers: dict[str, object] | None = None) -> None:  # fmt: skip
-        self.mode = mode  # before BM25's own __init__, which asks start_java
         super().__init__(collection)
         unknown = set(calls) - set(JAVA_CALLS + SEARCH_CALLS)
         if unknown:
@@ -67,11 +66,6 @@ class RecordedBM25(BM25):
         if self.path.is_file():  # recording adds to what an earlier benchmark recorded: one file serves both
             with gzip.open(self.path, "rb") as f:
                 self.answers = pickle.load(f)
-
-    def start_java(self) -> None:
-        """Only a recorder's calls need Java at once (a replay's other calls start it when they come)."""
-        if self.mode == "record":
-            super().start_java()
 
     def over(self, collection: Collection) -> RecordedBM25:
         """A recorder of the same file, mode and calls over ``collection`` (a pool cut from this one), its answers

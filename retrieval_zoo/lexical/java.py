@@ -106,17 +106,6 @@ class LuceneWorker:
                 f"LuceneWorker.call({fn.__name__}): the worker cannot import a function of the main script; define it "
                 "in a module and import it from there"
             )
-        try:
-            return cls.executor().submit(fn, *args).result()
-        except BrokenProcessPool as error:
-            cls._executor = None  # the next call starts a fresh worker
-            raise RuntimeError(
-                f"the Java (Lucene) worker process died during {fn.__name__}: out of memory or a JVM crash"
-            ) from error
-
-    @classmethod
-    def executor(cls) -> ProcessPoolExecutor:
-        """The executor of the one worker process, started on first use."""
         if cls._executor is None:
             context = multiprocessing.get_context("spawn")
             cls._executor = ProcessPoolExecutor(max_workers=1, mp_context=context, initializer=exit_with_parent,
@@ -124,15 +113,13 @@ class LuceneWorker:
             atexit.register(cls.shutdown)
             with main_module_unseen():  # the one worker process starts in this first submit
                 cls._executor.submit(os.getpid)
-        return cls._executor
-
-    @classmethod
-    def start(cls) -> None:
-        """Start the worker and its JVM now, in the background, so that the first call finds them ready.
-
-        A failure surfaces at that call, which raises its own error.
-        """
-        cls.executor().submit(start_jvm)
+        try:
+            return cls._executor.submit(fn, *args).result()
+        except BrokenProcessPool as error:
+            cls._executor = None  # the next call starts a fresh worker
+            raise RuntimeError(
+                f"the Java (Lucene) worker process died during {fn.__name__}: out of memory or a JVM crash"
+            ) from error
 
     @classmethod
     def shutdown(cls) -> None:
@@ -140,11 +127,6 @@ class LuceneWorker:
         if cls._executor is not None:
             cls._executor.shutdown(wait=True, cancel_futures=True)
             cls._executor = None
-
-
-def start_jvm() -> None:
-    """In the worker: import pyserini's index reader, which starts the JVM (:meth:`LuceneWorker.start`)."""
-    pyserini_lucene()
 
 
 @contextmanager

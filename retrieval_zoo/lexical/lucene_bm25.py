@@ -59,11 +59,6 @@ class BM25(Retriever):
         self.collection, self.k1, self.b = collection, float(k1), float(b)
         self.threads = threads or os.cpu_count() or 1
         self.cache = Path(cache_dir) if cache_dir else cache_root()
-        self.start_java()
-
-    def start_java(self) -> None:
-        """Start the Lucene worker's JVM in the background, while the caller loads its model, for the first call."""
-        LuceneWorker.start()
 
     @cached_property
     def index_dir(self) -> Path:
