@@ -101,10 +101,11 @@ class LuceneWorker:
     @classmethod
     def call(cls, fn: Callable[..., Any], /, *args: Any) -> Any:
         """Run ``fn(*args)`` in the JVM process and return its result (exceptions propagate)."""
-        if fn.__module__ == "__main__":
+        name = getattr(fn, "__name__", repr(fn))
+        if getattr(fn, "__module__", None) == "__main__":
             raise TypeError(
-                f"LuceneWorker.call({fn.__name__}): the worker cannot import a function of the main script; define it "
-                "in a module and import it from there"
+                f"LuceneWorker.call({name}): the worker cannot import a function of the main script; define it in a "
+                "module and import it from there"
             )
         if cls._executor is None:
             context = multiprocessing.get_context("spawn")
@@ -118,7 +119,7 @@ class LuceneWorker:
         except BrokenProcessPool as error:
             cls._executor = None  # the next call starts a fresh worker
             raise RuntimeError(
-                f"the Java (Lucene) worker process died during {fn.__name__}: out of memory or a JVM crash"
+                f"the Java (Lucene) worker process died during {name}: out of memory or a JVM crash"
             ) from error
 
     @classmethod
