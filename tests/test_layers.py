@@ -71,7 +71,7 @@ LAYERS = [  # lowest first; a module may import from its own layer and the ones 
         },
     ),
     ("python search", {"search_api"}),  # retrieval_zoo.Retriever: a trained run searched from Python
-    ("command lines", {"cli", "__main__"}),  # train, evaluate and search, installed or from the checkout
+    ("command lines", {"cli", "jobs", "__main__"}),  # train, evaluate and search, installed or from the checkout
 ]
 
 
