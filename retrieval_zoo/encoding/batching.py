@@ -60,6 +60,12 @@ class QueryPrep:
     prepare: Prepare | None = None
     as_csr: frozenset[str] = frozenset()
 
+    def encoded(
+        self, encode: Callable[[Item], dict[str, torch.Tensor | None]], texts: list[str], batch_size: int, desc: str
+    ) -> dict[str, torch.Tensor]:
+        """:func:`encode_payload` of query ``texts`` as this preparation batches them, its ``as_csr`` parts listed."""
+        return encode_payload(encode, texts, batch_size, desc, self.lengths(texts), self.prepare, as_csr=self.as_csr)
+
 
 PLAIN_QUERIES = QueryPrep()
 

@@ -31,7 +31,6 @@ from omegaconf import DictConfig, OmegaConf
 
 from retrieval_zoo.config_check import check_config
 from retrieval_zoo.data.corpus_store import corpus_ids
-from retrieval_zoo.encoding.batching import encode_payload
 from retrieval_zoo.encoding.precision import encoding_precision, trainer_precision
 from retrieval_zoo.evaluation.pipeline import build_collection_and_bm25, encode_for_index
 from retrieval_zoo.index.representations import TermEncoder
@@ -48,8 +47,7 @@ def query_vectors(encoder: TermEncoder, queries: dict[str, str], levels: int) ->
     """Each query as ``{"id", "vector": {term: impact}}``, its largest weight at ``levels``; zeros left out."""
     texts = list(queries.values())
     encode = lambda batch: {"lexical": encoder.encode_queries(batch)[0]}  # noqa: E731
-    lexical = encode_payload(encode, texts, encoder.batch_size, "encode queries (CIFF)", encoder.queries.lengths(texts),
-                             encoder.queries.prepare, as_csr=encoder.queries.as_csr)["lexical"]  # fmt: skip
+    lexical = encoder.queries.encoded(encode, texts, encoder.batch_size, "encode queries (CIFF)")["lexical"]
     vectors = []
     for qid, weights in zip(queries, each_row(columns_from(lexical, encoder.discard)), strict=True):
         weights = weights.double()

@@ -24,7 +24,7 @@ import torch
 from tqdm import tqdm
 
 from retrieval_zoo.data.formats import Run
-from retrieval_zoo.encoding.batching import QueryPrep, encode_payload
+from retrieval_zoo.encoding.batching import QueryPrep
 from retrieval_zoo.host_work import host_only
 from retrieval_zoo.id_index import IdIndex
 from retrieval_zoo.index.shards import CorpusShards
@@ -175,10 +175,9 @@ class ImpactRetriever(PartSearch):
         self.check_part(part, self.cls is not None)
         qids, texts = list(queries), list(queries.values())
         encode = lambda batch: dict(zip(("lexical", "cls"), self.encode_query(batch), strict=True))  # noqa: E731
-        encoded = self.encoded_once(texts, lambda: encode_payload(
-            encode, texts, self.batch_size, f"encode queries ({self.name})", self.queries.lengths(texts),
-            self.queries.prepare, as_csr=self.queries.as_csr,
-        ))  # fmt: skip
+        encoded = self.encoded_once(
+            texts, lambda: self.queries.encoded(encode, texts, self.batch_size, f"encode queries ({self.name})")
+        )
         with host_only("a host engine's search of the queries' host copy"):  # engines and [CLS] vectors: host
             lexical, cls = columns_from(encoded["lexical"], self.discard), encoded.get("cls")
             doc_cls = self.cls if part != "lexical" else None  # the [CLS] parts, when this search fuses them

@@ -18,7 +18,7 @@ import torch
 from retrieval_zoo.data.collections import Collection
 from retrieval_zoo.data.corpus_store import corpus_ids
 from retrieval_zoo.data.formats import Run
-from retrieval_zoo.encoding.batching import PLAIN_QUERIES, QueryPrep, encode_payload
+from retrieval_zoo.encoding.batching import PLAIN_QUERIES, QueryPrep
 from retrieval_zoo.host_memory import release_freed_memory
 from retrieval_zoo.host_work import host_only
 from retrieval_zoo.id_index import IdIndex
@@ -145,10 +145,9 @@ class SparseRetriever(PartSearch):
             return {part: {} for part in depths}
         encode = lambda batch: dict(zip(("lexical", "cls"), self.encode_query(batch), strict=True))  # noqa: E731
         texts = list(queries.values())
-        encoded = self.encoded_once(texts, lambda: encode_payload(
-            encode, texts, self.batch_size, "encode queries (exact)", self.queries.lengths(texts), self.queries.prepare,
-            as_csr=self.queries.as_csr,
-        ))  # fmt: skip
+        encoded = self.encoded_once(
+            texts, lambda: self.queries.encoded(encode, texts, self.batch_size, "encode queries (exact)")
+        )
         with host_only("the queries' vocabulary columns, of their host copy"):
             lexical = columns_from(encoded["lexical"], self.discard)
         cls = encoded.get("cls") if self.cls is not None else None
